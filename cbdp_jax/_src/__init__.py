@@ -1,0 +1,1 @@
+"""Private implementation modules of cbdp_jax. Import from the public modules instead."""

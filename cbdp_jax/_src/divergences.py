@@ -1,0 +1,318 @@
+"""f-divergences, their Fenchel conjugates and variational objectives.
+
+For a convex f with f(1) = 0 the f-divergence has the variational (dual) form
+
+    D_f(P, Q) = sup_h  E_P[h(x)] - E_Q[f*(h(x))],                         (MATH.md section 2)
+
+and restricting h to a class H gives the restricted divergence D_f^H <= D_f. This module provides, for
+each divergence, f, its conjugate f* (returning +inf outside the conjugate's domain), and the objective
+as a pure JAX function of an adversary's outputs on P-samples and Q-samples. It also provides the tighter,
+scale-free forms of MATH.md section 3 (Donsker-Varadhan for KL; the scale-optimised Renyi form) and the
+closed-form optimal constant / scale that turns a direction trained with them back into a member of the
+plain f-form, which is what held-out evaluation must use.
+
+References:
+  Chaudhuri, Imola, Machanavajjhala, "Capacity Bounded Differential Privacy", NeurIPS 2019, eq. (1)-(3),
+  Lemma 1 (KL with translation-invariant H) and Lemma 3 (the alpha-divergence conjugate).
+
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from cbdp_jax._src.validation import check_alpha, check_choice
+
+DIVERGENCE_NAMES = ("kl", "renyi", "alpha", "tv", "hellinger", "chi2", "js")
+CONVENTIONS = ("abs", "nonneg")
+
+
+class Divergence(NamedTuple):
+    """One f-divergence with its conjugate, as pure JAX functions.
+
+    Attributes:
+      name: One of ``DIVERGENCE_NAMES``. ``'renyi'`` is the alpha-divergence reported on the Renyi scale.
+      f: The convex generator ``f(t)``, elementwise.
+      conjugate: ``f*(s)``, elementwise; ``+inf`` where s lies outside the conjugate's domain.
+      conjugate_sup: f*(s) is finite for s below this level (``inf`` if everywhere finite; for total
+        variation the domain is the closed interval |s| <= 1/2).
+      alpha: The order for ``'alpha'`` and ``'renyi'``, else None.
+      convention: ``'abs'`` (the paper's: f extended to t < 0 by |t|, f* symmetric) or ``'nonneg'``
+        (f on t >= 0, f*(s) = C_a max(s, 0)^A + const) for the alpha family; ``'abs'`` otherwise.
+      to_reported: Maps a value of D_f to the reported scale (the Renyi map for ``'renyi'``, identity
+        otherwise). Increasing, so it maps lower bounds to lower bounds.
+      from_reported: The inverse of ``to_reported``.
+
+    """
+
+    name: str
+    f: Callable[[jax.Array], jax.Array]
+    conjugate: Callable[[jax.Array], jax.Array]
+    conjugate_sup: float
+    alpha: float | None
+    convention: str
+    to_reported: Callable[[float], float]
+    from_reported: Callable[[float], float]
+
+    @property
+    def label(self) -> str:
+        """A short human-readable label, e.g. ``'Renyi(alpha=4)'``."""
+        if self.name == "renyi":
+            return f"Renyi(alpha={self.alpha:g})"
+        if self.name == "alpha":
+            return f"alpha-div(alpha={self.alpha:g})"
+        return {"kl": "KL", "tv": "TV", "hellinger": "Hellinger^2", "chi2": "chi^2", "js": "JS"}[
+            self.name
+        ]
+
+
+def _identity(x: float) -> float:
+    return x
+
+
+# --------------------------------------------------------------------------------------------------
+# Generators and conjugates (MATH.md section 2 table)
+# --------------------------------------------------------------------------------------------------
+
+
+def _kl_f(t: jax.Array) -> jax.Array:
+    return jax.scipy.special.xlogy(t, t)
+
+
+def _kl_conjugate(s: jax.Array) -> jax.Array:
+    return jnp.exp(s - 1.0)
+
+
+def alpha_exponent(alpha: float) -> float:
+    """A = alpha / (alpha - 1), the exponent of the alpha-divergence conjugate (in (1, inf))."""
+    return alpha / (alpha - 1.0)
+
+
+def alpha_conjugate_constant(alpha: float) -> float:
+    """C_a = (alpha - 1)^A / alpha, with A = alpha / (alpha - 1) (paper Lemma 3; MATH.md section 2)."""
+    return math.exp(alpha_exponent(alpha) * math.log(alpha - 1.0) - math.log(alpha))
+
+
+def _alpha_f(alpha: float) -> Callable[[jax.Array], jax.Array]:
+    def f(t: jax.Array) -> jax.Array:
+        return (jnp.abs(t) ** alpha - 1.0) / (alpha * alpha - alpha)
+
+    return f
+
+
+def _alpha_conjugate(alpha: float, convention: str) -> Callable[[jax.Array], jax.Array]:
+    big_a = alpha_exponent(alpha)
+    c_a = alpha_conjugate_constant(alpha)
+    offset = 1.0 / (alpha * alpha - alpha)
+
+    def conjugate(s: jax.Array) -> jax.Array:
+        base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
+        return c_a * base**big_a + offset
+
+    return conjugate
+
+
+def renyi_from_alpha(value: ArrayLike, alpha: float) -> jax.Array:
+    """Maps an alpha-divergence value to the Renyi scale: log(1 + alpha(alpha-1) D) / (alpha - 1).
+
+    Paper eq. (3). Increasing in D; returns -inf where 1 + alpha(alpha-1) D <= 0 (a value so low that it
+    certifies nothing) and +inf for D = +inf.
+    """
+    value = jnp.asarray(value)
+    arg = alpha * (alpha - 1.0) * value
+    safe = jnp.where(arg > -1.0, arg, 0.0)
+    return jnp.where(arg > -1.0, jnp.log1p(safe) / (alpha - 1.0), -jnp.inf)
+
+
+def alpha_from_renyi(value: ArrayLike, alpha: float) -> jax.Array:
+    """The inverse of :func:`renyi_from_alpha`: expm1((alpha - 1) R) / (alpha (alpha - 1))."""
+    return jnp.expm1((alpha - 1.0) * jnp.asarray(value)) / (alpha * (alpha - 1.0))
+
+
+def _tv_f(t: jax.Array) -> jax.Array:
+    return 0.5 * jnp.abs(t - 1.0)
+
+
+def _tv_conjugate(s: jax.Array) -> jax.Array:
+    return jnp.where(jnp.abs(s) <= 0.5, s, jnp.inf)
+
+
+def _hellinger_f(t: jax.Array) -> jax.Array:
+    return (jnp.sqrt(t) - 1.0) ** 2
+
+
+def _hellinger_conjugate(s: jax.Array) -> jax.Array:
+    ok = s < 1.0
+    safe = jnp.where(ok, s, 0.0)
+    return jnp.where(ok, safe / (1.0 - safe), jnp.inf)
+
+
+def _chi2_f(t: jax.Array) -> jax.Array:
+    return (t - 1.0) ** 2
+
+
+def _chi2_conjugate(s: jax.Array) -> jax.Array:
+    return s + 0.25 * s * s
+
+
+def _js_f(t: jax.Array) -> jax.Array:
+    return jax.scipy.special.xlogy(t, t) - jax.scipy.special.xlogy(1.0 + t, 0.5 * (1.0 + t))
+
+
+def _js_conjugate(s: jax.Array) -> jax.Array:
+    ok = s < math.log(2.0)
+    safe = jnp.where(ok, s, 0.0)
+    # -log(2 - e^s) = -log(2) - log1p(-e^s / 2), stable as s -> -inf.
+    return jnp.where(ok, -math.log(2.0) - jnp.log1p(-0.5 * jnp.exp(safe)), jnp.inf)
+
+
+def get_divergence(name: str, *, alpha: float | None = None, convention: str = "abs") -> Divergence:
+    """Builds a :class:`Divergence` by name.
+
+    Args:
+      name: One of ``'kl'``, ``'renyi'``, ``'alpha'``, ``'tv'``, ``'hellinger'``, ``'chi2'``, ``'js'``.
+      alpha: The order, required for ``'renyi'`` and ``'alpha'`` (a number > 1).
+      convention: For the alpha family, ``'abs'`` (the paper's default) or ``'nonneg'``.
+
+    Returns:
+      The divergence.
+
+    Raises:
+      InvalidParameterError: For an unknown name or convention, or alpha <= 1 where alpha is needed.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> div = get_divergence("kl")
+      >>> float(div.conjugate(jnp.array(1.0)))
+      1.0
+
+    """
+    check_choice("divergence", name, DIVERGENCE_NAMES)
+    check_choice("convention", convention, CONVENTIONS)
+    if name in ("renyi", "alpha"):
+        a = check_alpha(alpha)
+        if name == "renyi":
+            to_rep = lambda v: renyi_from_alpha(v, a)  # noqa: E731
+            from_rep = lambda v: alpha_from_renyi(v, a)  # noqa: E731
+        else:
+            to_rep = from_rep = _identity
+        return Divergence(
+            name,
+            _alpha_f(a),
+            _alpha_conjugate(a, convention),
+            math.inf,
+            a,
+            convention,
+            to_rep,
+            from_rep,
+        )
+    table = {
+        "kl": (_kl_f, _kl_conjugate, math.inf),
+        "tv": (_tv_f, _tv_conjugate, 0.5),
+        "hellinger": (_hellinger_f, _hellinger_conjugate, 1.0),
+        "chi2": (_chi2_f, _chi2_conjugate, math.inf),
+        "js": (_js_f, _js_conjugate, math.log(2.0)),
+    }
+    f, conj, sup = table[name]
+    return Divergence(name, f, conj, sup, None, "abs", _identity, _identity)
+
+
+# --------------------------------------------------------------------------------------------------
+# Objectives as functions of adversary outputs
+# --------------------------------------------------------------------------------------------------
+
+
+def variational_objective(div: Divergence, h_p: ArrayLike, h_q: ArrayLike) -> jax.Array:
+    """The plain f-form  mean(h(P-samples)) - mean(f*(h(Q-samples))).
+
+    With independent samples this is an unbiased estimate of E_P[h] - E_Q[f*(h)] for a fixed h, and
+    hence (in expectation) a lower bound on D_f^H for any h in H. It is -inf if some h_q lies outside
+    the conjugate's domain.
+
+    Args:
+      div: The divergence.
+      h_p: Adversary outputs on samples of P, shape ``[n]``.
+      h_q: Adversary outputs on samples of Q, shape ``[m]``.
+
+    Returns:
+      A scalar on the f-divergence scale (apply ``div.to_reported`` for Renyi).
+
+    """
+    return jnp.mean(jnp.asarray(h_p)) - jnp.mean(div.conjugate(jnp.asarray(h_q)))
+
+
+def log_mean_exp(x: ArrayLike, axis: int | None = None) -> jax.Array:
+    """log(mean(exp(x))) computed with logsumexp (no overflow in float32)."""
+    x = jnp.asarray(x)
+    n = x.size if axis is None else x.shape[axis]
+    return jax.scipy.special.logsumexp(x, axis=axis) - jnp.log(n)
+
+
+def donsker_varadhan(h_p: ArrayLike, h_q: ArrayLike) -> jax.Array:
+    """The Donsker-Varadhan form  mean(h_p) - log mean(exp(h_q))  (MATH.md section 3; paper Lemma 1).
+
+    Equals the KL f-form at the optimal constant shift, so for translation-invariant H its supremum is
+    KL^H. The log of a sample mean is biased upward; use it to train, not to report.
+    """
+    return jnp.mean(jnp.asarray(h_p)) - log_mean_exp(h_q)
+
+
+def kl_optimal_shift(h_q: ArrayLike) -> jax.Array:
+    """The constant c maximising the KL f-form of h + c: c = 1 - log E_Q[exp h]."""
+    return 1.0 - log_mean_exp(h_q)
+
+
+def _log_mean_abs_pow(h: jax.Array, power: float, convention: str) -> jax.Array:
+    base = jnp.abs(h) if convention == "abs" else jnp.maximum(h, 0.0)
+    # log mean base^power via logsumexp of power * log(base); base == 0 contributes exp(-inf) = 0.
+    safe = jnp.where(base > 0, base, 1.0)
+    logs = jnp.where(base > 0, power * jnp.log(safe), -jnp.inf)
+    return log_mean_exp(logs)
+
+
+def renyi_scale_free(
+    h_p: ArrayLike, h_q: ArrayLike, alpha: float, convention: str = "abs"
+) -> jax.Array:
+    """The scale-optimised Renyi form  A log mean(h_p) - log mean(|h_q|^A),  A = alpha / (alpha - 1).
+
+    For a cone H, its supremum over h in H with E_P[h] > 0 is the restricted Renyi divergence
+    (MATH.md section 3). Returns -inf when mean(h_p) <= 0. Biased upward as a sample estimate: use it to
+    train, then evaluate the f-form at the scale from :func:`alpha_optimal_scale`.
+
+    Args:
+      h_p: Outputs on P-samples, ``[n]``.
+      h_q: Outputs on Q-samples, ``[m]``.
+      alpha: The order, > 1.
+      convention: ``'abs'`` or ``'nonneg'``.
+
+    Returns:
+      A scalar on the Renyi scale.
+
+    """
+    big_a = alpha_exponent(alpha)
+    mean_p = jnp.mean(jnp.asarray(h_p))
+    safe = jnp.where(mean_p > 0, mean_p, 1.0)
+    log_m = _log_mean_abs_pow(jnp.asarray(h_q), big_a, convention)
+    return jnp.where(mean_p > 0, big_a * jnp.log(safe) - log_m, -jnp.inf)
+
+
+def alpha_optimal_scale(
+    h_p: ArrayLike, h_q: ArrayLike, alpha: float, convention: str = "abs"
+) -> jax.Array:
+    """The scale t > 0 maximising the alpha-divergence f-form of t * h.
+
+    Setting the derivative of t E_P[h] - C_a t^A E_Q[|h|^A] to zero gives
+    t* = (E_P[h] / E_Q[|h|^A])^(alpha - 1) / (alpha - 1); at t* the f-form equals the scale-free form
+    mapped back by :func:`alpha_from_renyi`. Computed in log space. Returns 0 if mean(h_p) <= 0.
+    """
+    mean_p = jnp.mean(jnp.asarray(h_p))
+    safe = jnp.where(mean_p > 0, mean_p, 1.0)
+    log_m = _log_mean_abs_pow(jnp.asarray(h_q), alpha_exponent(alpha), convention)
+    log_t = (alpha - 1.0) * (jnp.log(safe) - log_m) - math.log(alpha - 1.0)
+    return jnp.where(mean_p > 0, jnp.exp(log_t), 0.0)

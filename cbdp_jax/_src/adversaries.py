@@ -19,6 +19,7 @@ changes the optimisation, not the class.
 References:
   Chaudhuri, Imola, Machanavajjhala, "Capacity Bounded Differential Privacy", NeurIPS 2019, section 3
   (function classes: linear, polynomial, ReLU combinations, RKHS balls).
+
 """
 
 from __future__ import annotations
@@ -182,8 +183,10 @@ class RandomFeaturesAdversary(_Adversary):
 
 
 class BoundedAdversary(nnx.Module):
-    """B * tanh(g(x)): outputs in (-B, B), for IPM-type quantities and divergences whose f* has a
-    bounded domain (TV, Hellinger, Jensen-Shannon)."""
+    """B * tanh(g(x)): outputs in (-B, B).
+
+    For IPM-type quantities and for divergences whose f* has a bounded domain (TV, Hellinger, JS).
+    """
 
     def __init__(self, inner: nnx.Module, bound: float):
         self.inner = inner
@@ -206,6 +209,7 @@ class AdversarySpec:
       bandwidth: Kernel bandwidth of ``'rff'`` in standardised units.
       bound: If set, wraps the class as ``bound * tanh(h)`` (outputs in (-bound, bound)).
       feature_map: For ``'linear'``, an optional fixed map ``[n, d] -> [n, m]`` of standardised inputs.
+
     """
 
     name: str
@@ -229,17 +233,17 @@ class AdversarySpec:
 
     @property
     def translation_invariant(self) -> bool:
-        """h in H implies h + c in H for every constant c (true unless the output is bounded)."""
+        """H in H implies h + c in H for every constant c (true unless the output is bounded)."""
         return self.bound is None
 
     @property
     def is_cone(self) -> bool:
-        """h in H implies t h in H for t > 0 (every unbounded class here ends in a linear layer)."""
+        """H in H implies t h in H for t > 0 (every unbounded class here ends in a linear layer)."""
         return self.bound is None
 
     @property
     def linear_in_params(self) -> bool:
-        """h = theta . phi(x) for a fixed phi: the variational problem is concave in theta."""
+        """H = theta . phi(x) for a fixed phi: the variational problem is concave in theta."""
         return self.name in ("linear", "poly", "rff") and self.bound is None
 
     @property
@@ -287,6 +291,7 @@ def make_adversary(name: str, **options) -> AdversarySpec:
     Examples:
       >>> make_adversary("poly", degree=3).label
       'poly_3'
+
     """
     check_choice("adversary", name, ADVERSARY_NAMES)
     return AdversarySpec(name=name, **{k: v for k, v in options.items() if v is not None})

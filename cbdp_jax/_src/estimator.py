@@ -72,6 +72,7 @@ class EstimatorConfig:
       both_directions: Also estimate D^H(Q, P) and report the maximum with a Bonferroni bound.
       eval_chunk: Rows per chunk in held-out evaluation (bounds memory).
       max_restarts: Restarts with a 10x smaller step size when training diverges (NaN).
+
     """
 
     steps: int = 2000
@@ -147,6 +148,7 @@ class EstimateResult:
       max_estimate: max of both directions' estimates (if both were run).
       max_lower_bound: max of both directions' bounds at level 1 - delta/2 each (Bonferroni), a
         ``confidence``-level lower bound on max(D(P,Q), D(Q,P)).
+
     """
 
     estimate: float
@@ -518,6 +520,7 @@ def estimate_from_samples(
 
     References:
       MATH.md section 9; paper eq. (1)-(3).
+
     """
     t0 = time.perf_counter()
     key = _check_key(key)

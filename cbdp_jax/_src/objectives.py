@@ -35,6 +35,7 @@ class Objective(NamedTuple):
       value: ``(h_p [n], h_q [m]) -> scalar`` to maximise.
       fit: ``(h_p_train, h_q_train) -> (scale, shift)``: the evaluated function is
         ``scale * h + shift``, fitted in closed form on training outputs.
+
     """
 
     kind: str

@@ -53,6 +53,7 @@ class TrainTrace(NamedTuple):
     Attributes:
       train_value: Training objective of each member at the end of each block, ``[blocks, members]``.
       val_value: Validation objective of each member after each block, ``[blocks, members]``.
+
     """
 
     train_value: jax.Array
@@ -67,6 +68,7 @@ class TrainOutput(NamedTuple):
       best_value: The best validation objective of each member, ``[members]``.
       trace: The training curves.
       finite: Whether each member's training stayed finite (no NaN loss or parameters), ``[members]``.
+
     """
 
     best_params: Any
@@ -254,6 +256,7 @@ def train_ensemble(
 
     Returns:
       A :class:`TrainOutput`.
+
     """
     if sampler is None:
         if train_p is None or train_q is None:

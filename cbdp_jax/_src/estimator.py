@@ -88,6 +88,7 @@ class EstimatorConfig:
     both_directions: bool = False
     eval_chunk: int = 65536
     max_restarts: int = 2
+    progress: Callable[[Any], None] | None = dataclasses.field(default=None, compare=True)
 
     def __post_init__(self):
         check_int_at_least("steps", self.steps, 1)
@@ -285,6 +286,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
             steps=config.steps,
             eval_every=config.eval_every,
             batch_size=config.batch_size,
+            progress=config.progress,
         )
         finite = np.asarray(out.finite)
         if finite.all() or restarts >= config.max_restarts:
@@ -427,7 +429,7 @@ def _assemble(
         "adversary": spec.label,
         "samples": samples,
         "environment": environment_info(),
-        "config": {**dataclasses.asdict(config), **call},
+        "config": {**_config_dict(config), **call},
         "seconds": seconds,
     }
     reverse = None
@@ -602,6 +604,13 @@ def estimate_from_samples(
     )
 
 
+def _config_dict(config: EstimatorConfig) -> dict[str, Any]:
+    d = dataclasses.asdict(config)
+    d.pop("progress")
+    d["split"] = list(config.split)
+    return d
+
+
 def _spec_dict(spec: AdversarySpec) -> dict[str, Any]:
     d = dataclasses.asdict(spec)
     d["feature_map"] = None if spec.feature_map is None else repr(spec.feature_map)
@@ -668,6 +677,7 @@ def estimate(
       ...                adversary="linear", divergence="kl", config=cfg)
       >>> abs(res.estimate - 0.2260) < 5 * res.std_error + 0.01
       True
+
     """
     from cbdp_jax._src.mechanisms import Mechanism, NeighbouringPair, canonical_pair
 

@@ -129,6 +129,7 @@ def _all_finite(tree) -> jax.Array:
         "eval_every",
         "batch_size",
         "sampler",
+        "progress",
     ),
 )
 def _train_jit(
@@ -148,6 +149,7 @@ def _train_jit(
     eval_every: int,
     batch_size: int | None,
     sampler: Callable | None,
+    progress: Callable[[Any], None] | None,
 ):
     TRACE_COUNT["train"] += 1
     _, objective = objective_key.build()
@@ -192,7 +194,8 @@ def _train_jit(
         p_, s_, value = vstep(p_, rest, s_, xp, xq)
         return (p_, s_), value
 
-    def block(carry, k):
+    def block(carry, xs):
+        k, index = xs
         p_, s_, best_p, best_v, finite = carry
         (p_, s_), values = jax.lax.scan(step, (p_, s_), jax.random.split(k, eval_every))
         v = vval(p_, rest, val_p, val_q)
@@ -202,6 +205,8 @@ def _train_jit(
         better = v > best_v
         best_p = _select(better, p_, best_p)
         best_v = jnp.where(better, v, best_v)
+        if progress is not None:
+            jax.debug.callback(progress, index)
         return (p_, s_, best_p, best_v, finite), (values[-1], v)
 
     opt_state = jax.vmap(tx.init)(params)
@@ -211,7 +216,7 @@ def _train_jit(
     carry = (params, opt_state, params, best_v0, jnp.ones((members,), bool))
     n_blocks = max(steps // eval_every, 1)
     (_, _, best_p, best_v, finite), (train_v, val_v) = jax.lax.scan(
-        block, carry, jax.random.split(key, n_blocks)
+        block, carry, (jax.random.split(key, n_blocks), jnp.arange(n_blocks))
     )
     return TrainOutput(best_p, best_v, TrainTrace(train_v, val_v), finite)
 
@@ -233,6 +238,7 @@ def train_ensemble(
     steps: int = 2000,
     eval_every: int = 100,
     batch_size: int | None = 4096,
+    progress: Callable[[Any], None] | None = None,
 ) -> TrainOutput:
     """Trains a stacked ensemble of adversaries in one compiled call.
 
@@ -253,6 +259,8 @@ def train_ensemble(
       steps: Optimiser steps (rounded down to a multiple of ``eval_every``).
       eval_every: Steps between validation evaluations (early stopping granularity).
       batch_size: Minibatch size per side; None for full batch.
+      progress: Optional hashable host callback called with the block index after each evaluation
+        block (progress bars); part of the compiled program's cache key.
 
     Returns:
       A :class:`TrainOutput`.
@@ -283,4 +291,5 @@ def train_ensemble(
         eval_every=int(eval_every),
         batch_size=batch_size,
         sampler=sampler,
+        progress=progress,
     )

@@ -1,0 +1,444 @@
+"""The ``cbdp`` command line: exact values, estimates, the demo, paper reproductions, reruns.
+
+Every bad input exits with status 2 and one line ``error: <parameter>=<value> is invalid: <range>`` on
+stderr, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cbdp_jax._src.validation import InvalidParameterError, check_choice
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Capacity bounded differential privacy: exact, analytic and learned restricted divergences.",
+)
+
+EXACT_ADVERSARIES = ("linear", "poly", "unrestricted")
+ESTIMATE_MECHANISMS = ("laplace", "gaussian", "randomized_response", "nonprivate")
+FORMATS = ("table", "json")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _parse_sensitivity(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InvalidParameterError(
+            f"sensitivity={text!r} is invalid: must be comma-separated numbers, e.g. 1,0.5"
+        ) from None
+    if not values:
+        raise InvalidParameterError(f"sensitivity={text!r} is invalid: must not be empty")
+    return values
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        if math.isinf(x):
+            return "+inf" if x > 0 else "-inf"
+        return f"{x:.6f}"
+    return str(x)
+
+
+def _print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*[_fmt(r.get(c, "")) for c in columns])
+    Console().print(table)
+
+
+def _noise_pair(mechanism: str, epsilon: float | None, sigma: float | None, sensitivity):
+    from cbdp_jax import exact
+
+    check_choice("mechanism", mechanism, ("laplace", "gaussian"))
+    sens = 1.0 if sensitivity is None else sensitivity
+    if mechanism == "laplace":
+        if sigma is not None:
+            raise InvalidParameterError("sigma is invalid for mechanism 'laplace': use --epsilon")
+        return exact.laplace_pair(1.0 if epsilon is None else epsilon, sens)
+    if epsilon is not None:
+        raise InvalidParameterError("epsilon is invalid for mechanism 'gaussian': use --sigma")
+    return exact.gaussian_pair(1.0 if sigma is None else sigma, sens)
+
+
+@app.command("exact")
+def exact_cmd(
+    mechanism: Annotated[str, typer.Option(help="laplace or gaussian")] = "laplace",
+    epsilon: Annotated[float | None, typer.Option(help="Laplace: noise scale 1/epsilon")] = None,
+    sigma: Annotated[float | None, typer.Option(help="Gaussian: noise standard deviation")] = None,
+    sensitivity: Annotated[
+        str | None, typer.Option(help="per-coordinate shift, e.g. 1,0.5")
+    ] = None,
+    adversary: Annotated[str, typer.Option(help="linear, poly or unrestricted")] = "linear",
+    degree: Annotated[int, typer.Option(help="polynomial degree for --adversary poly")] = 2,
+    divergence: Annotated[str, typer.Option(help="kl, renyi, tv, hellinger, chi2, js")] = "kl",
+    alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
+    convention: Annotated[str, typer.Option(help="abs (paper) or nonneg")] = "abs",
+    output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+) -> None:
+    """Exact restricted (or unrestricted) divergence by quadrature and a concave solver."""
+    from cbdp_jax import exact
+    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.validation import check_int_at_least
+
+    check_choice("format", output_format, FORMATS)
+    check_choice("adversary", adversary, EXACT_ADVERSARIES)
+    check_choice("divergence", divergence, ("kl", "renyi", "tv", "hellinger", "chi2", "js"))
+    check_int_at_least("degree", degree, 1)
+    sens = _parse_sensitivity(sensitivity)
+    pair = _noise_pair(mechanism, epsilon, sigma, sens)
+    t0 = time.perf_counter()
+    if adversary == "unrestricted":
+        value = float(exact.unrestricted_divergence(pair, divergence, alpha=alpha))
+        extra: dict[str, Any] = {"converged": True, "reason": None}
+    else:
+        res = exact.restricted_divergence(
+            pair, divergence, adversary, degree=degree, alpha=alpha, convention=convention
+        )
+        value = float(res.value)
+        extra = {
+            "converged": bool(res.converged),
+            "reason": res.reason,
+            "theta": [float(t) for t in res.theta] if res.theta is not None else None,
+        }
+    record = {
+        "value": value,
+        "divergence": divergence,
+        "alpha": alpha,
+        "adversary": adversary if adversary != "poly" else f"poly_{degree}",
+        "degree": degree if adversary == "poly" else None,
+        "mechanism": mechanism,
+        "epsilon": (1.0 if epsilon is None else epsilon) if mechanism == "laplace" else None,
+        "sigma": (1.0 if sigma is None else sigma) if mechanism == "gaussian" else None,
+        "sensitivity": list(sens) if sens is not None else [1.0],
+        "convention": convention,
+        **extra,
+        "seconds": time.perf_counter() - t0,
+    }
+    if output_format == "json":
+        typer.echo(to_json(record))
+    else:
+        _print_table("cbdp exact", [record], list(k for k in record if k != "theta"))
+
+
+def _make_mechanism(mechanism: str, epsilon, sigma, sensitivity, k: int):
+    from cbdp_jax.mechanisms import make_mechanism
+
+    check_choice("mechanism", mechanism, ESTIMATE_MECHANISMS)
+    params: dict[str, Any] = {}
+    if mechanism in ("laplace", "randomized_response"):
+        params["epsilon"] = 1.0 if epsilon is None else epsilon
+    if mechanism == "gaussian":
+        params["sigma"] = 1.0 if sigma is None else sigma
+    if mechanism in ("laplace", "gaussian") and sensitivity is not None:
+        params["sensitivity"] = sensitivity
+    if mechanism == "randomized_response":
+        params["k"] = k
+    if mechanism == "nonprivate":
+        params["dim"] = 1 if sensitivity is None else len(sensitivity)
+    return make_mechanism(mechanism, **params), params
+
+
+def run_estimate(args: dict[str, Any], *, progress: bool = False):
+    """Runs ``cbdp estimate`` from a plain dict of its arguments (also used by ``cbdp rerun``)."""
+    import jax
+
+    from cbdp_jax.estimator import EstimatorConfig, estimate
+
+    sens = args.get("sensitivity")
+    mech, _ = _make_mechanism(
+        args["mechanism"], args.get("epsilon"), args.get("sigma"), sens, args.get("k", 2)
+    )
+    options = {
+        k: args[k]
+        for k in ("width", "depth", "degree", "features", "bandwidth", "bound")
+        if args.get(k) is not None
+    }
+    bar = None
+    cfg_kwargs = dict(
+        steps=args["steps"],
+        ensemble=args["ensemble"],
+        batch_size=args["batch_size"],
+        learning_rate=args["learning_rate"],
+        confidence=args["confidence"],
+        both_directions=args["both_directions"],
+        dtype=args["dtype"],
+        eval_every=max(1, min(100, args["steps"] // 10)),
+    )
+    if args["dtype"] == "float64":
+        jax.config.update("jax_enable_x64", True)
+    if progress:
+        from rich.progress import Progress
+
+        blocks = max(args["steps"] // cfg_kwargs["eval_every"], 1)
+        directions = 2 if args["both_directions"] else 1
+        bar = Progress(transient=True)
+        task = bar.add_task("training adversaries", total=blocks * directions)
+        cfg_kwargs["progress"] = _ProgressHook(bar, task)
+        bar.start()
+    try:
+        config = EstimatorConfig(**cfg_kwargs)
+        result = estimate(
+            jax.random.key(args["seed"]),
+            mech,
+            samples=args["samples"],
+            test_samples=args.get("test_samples"),
+            adversary=args["adversary"],
+            divergence=args["divergence"],
+            alpha=args.get("alpha"),
+            config=config,
+            **options,
+        )
+    finally:
+        if bar is not None:
+            bar.stop()
+    return result
+
+
+class _ProgressHook:
+    """A hashable host callback advancing a rich progress bar (one instance per command run)."""
+
+    def __init__(self, bar, task):
+        self.bar, self.task = bar, task
+
+    def __call__(self, index) -> None:
+        self.bar.advance(self.task)
+
+
+def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
+    rec = result.to_dict()
+    rec["samples"] = args["samples"]
+    rec["sample_counts"] = result.samples
+    rec["cli_args"] = args
+    rec["mechanism"] = args["mechanism"]
+    return rec
+
+
+def _plot_curve(result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cbdp_jax._src.io import atomic_savefig
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    curves = result.curves
+    if curves:
+        ax.plot(curves["block_step"], curves["train_objective"], label="training objective")
+        ax.plot(curves["block_step"], curves["val_objective"], label="validation objective")
+    ax.axhline(
+        result.f_estimate if result.objective == "fform" else result.estimate,
+        color="k",
+        ls="--",
+        lw=1,
+        label="held-out estimate",
+    )
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"{result.divergence} objective")
+    ax.set_title(f"{result.adversary}: {result.divergence}")
+    ax.legend(fontsize=8)
+    atomic_savefig(fig, path, bbox_inches="tight")
+    plt.close(fig)
+
+
+@app.command("estimate")
+def estimate_cmd(
+    mechanism: Annotated[str, typer.Option(help=", ".join(ESTIMATE_MECHANISMS))] = "laplace",
+    epsilon: Annotated[float | None, typer.Option(help="Laplace / randomized response")] = None,
+    sigma: Annotated[float | None, typer.Option(help="Gaussian noise std")] = None,
+    sensitivity: Annotated[
+        str | None, typer.Option(help="per-coordinate shift, e.g. 1,0.5")
+    ] = None,
+    k: Annotated[int, typer.Option(help="randomized response categories")] = 2,
+    adversary: Annotated[str, typer.Option(help="linear, poly, mlp, relu2, rff")] = "mlp",
+    width: Annotated[int | None, typer.Option(help="hidden width (mlp, relu2)")] = None,
+    depth: Annotated[int | None, typer.Option(help="hidden layers (mlp)")] = None,
+    degree: Annotated[int | None, typer.Option(help="polynomial degree (poly)")] = None,
+    features: Annotated[int | None, typer.Option(help="random features (rff)")] = None,
+    bound: Annotated[float | None, typer.Option(help="wrap as bound*tanh(h)")] = None,
+    divergence: Annotated[
+        str, typer.Option(help="kl, renyi, alpha, chi2, tv, hellinger, js")
+    ] = "kl",
+    alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
+    samples: Annotated[int, typer.Option(help="training samples per side")] = 100_000,
+    test_samples: Annotated[int | None, typer.Option(help="held-out samples per side")] = None,
+    steps: Annotated[int, typer.Option(help="optimiser steps")] = 2000,
+    ensemble: Annotated[int, typer.Option(help="adversaries trained at once")] = 4,
+    batch_size: Annotated[int, typer.Option(help="minibatch per side")] = 4096,
+    learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
+    confidence: Annotated[float, typer.Option(help="level of the lower bound")] = 0.95,
+    both_directions: Annotated[bool, typer.Option(help="also D(Q,P); report the max")] = False,
+    dtype: Annotated[str, typer.Option(help="float32 or float64")] = "float32",
+    seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    out: Annotated[Path | None, typer.Option(help="folder for result.json and curve.png")] = None,
+) -> None:
+    """Estimate capacity-bounded privacy by training adversaries; report a held-out lower bound."""
+    check_choice("format", output_format, FORMATS)
+    args = {
+        "mechanism": mechanism,
+        "epsilon": epsilon,
+        "sigma": sigma,
+        "sensitivity": _parse_sensitivity(sensitivity),
+        "k": k,
+        "adversary": adversary,
+        "width": width,
+        "depth": depth,
+        "degree": degree,
+        "features": features,
+        "bound": bound,
+        "divergence": divergence,
+        "alpha": alpha,
+        "samples": samples,
+        "test_samples": test_samples,
+        "steps": steps,
+        "ensemble": ensemble,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "confidence": confidence,
+        "both_directions": both_directions,
+        "dtype": dtype,
+        "seed": seed,
+    }
+    result = run_estimate(args, progress=output_format == "table" and sys.stderr.isatty())
+    _emit(result, args, output_format, out)
+
+
+def _emit(result, args, output_format: str, out: Path | None) -> None:
+    from cbdp_jax._src.io import atomic_write_json, to_json
+
+    record = _result_record(result, args)
+    if out is not None:
+        atomic_write_json(Path(out) / "result.json", record)
+        if result.curves:
+            _plot_curve(result, Path(out) / "curve.png")
+    if output_format == "json":
+        typer.echo(to_json(record))
+        return
+    cols = [
+        "mechanism",
+        "adversary",
+        "divergence",
+        "estimate",
+        "lower_bound",
+        "std_error",
+        "confidence",
+        "samples",
+        "device",
+    ]
+    row = {**record, "adversary": result.adversary, "divergence": result.divergence}
+    _print_table("cbdp estimate (held-out)", [row], cols)
+    for w in result.warnings:
+        typer.echo(f"warning: {w}", err=True)
+
+
+@app.command("rerun")
+def rerun_cmd(
+    result_json: Annotated[Path, typer.Argument(help="a result.json written by cbdp estimate")],
+    output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    out: Annotated[Path | None, typer.Option(help="folder for the new result.json")] = None,
+) -> None:
+    """Re-run an estimate exactly from its result.json; report whether the numbers are identical."""
+    check_choice("format", output_format, FORMATS)
+    try:
+        record = json.loads(Path(result_json).read_text())
+        args = record["cli_args"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidParameterError(
+            f"result_json={str(result_json)!r} is invalid: not a result.json from 'cbdp estimate' ({exc})"
+        ) from None
+    if args.get("sensitivity") is not None:
+        args["sensitivity"] = tuple(args["sensitivity"])
+    result = run_estimate(args)
+    same = all(
+        _same(record.get(key), getattr(result, key))
+        for key in ("estimate", "lower_bound", "std_error")
+    )
+    _emit(result, args, output_format, out)
+    typer.echo(f"rerun {'identical to' if same else 'DIFFERS from'} {result_json}", err=True)
+    if not same:
+        raise typer.Exit(1)
+
+
+def _same(stored: Any, new: float) -> bool:
+    if isinstance(stored, str):
+        return stored == ("inf" if new > 0 else "-inf") if math.isinf(new) else False
+    return stored == new
+
+
+@app.command("demo")
+def demo_cmd(
+    samples: Annotated[int, typer.Option(help="training (and test) samples per side")] = 100_000,
+    steps: Annotated[int, typer.Option(help="optimiser steps per class")] = 1000,
+    seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    out: Annotated[Path | None, typer.Option(help="folder for demo.json")] = None,
+) -> None:
+    """Capacity-bounded privacy of Laplace and Gaussian against several adversary classes."""
+    from cbdp_jax._src.demo import run_demo
+
+    run_demo(samples=samples, steps=steps, seed=seed, out=out)
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    name: Annotated[str, typer.Argument(help="an experiment name, 'paper' (figures) or 'all'")],
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results"),
+    quick: Annotated[bool, typer.Option(help="small, fast versions")] = False,
+    restart: Annotated[
+        bool, typer.Option(help="ignore completed experiments and rerun all")
+    ] = False,
+) -> None:
+    """Reproduce the papers' figures, tables and theorem experiments into OUT."""
+    from cbdp_jax._src.reproduce import reproduce
+
+    ok = reproduce(name, out, quick=quick, restart=restart)
+    if not ok:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Console entry point: runs the app, turning bad input into a one-line error and exit 2."""
+    try:
+        app(standalone_mode=False)
+    except InvalidParameterError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -114,7 +114,12 @@ def exact_cmd(
         extra: dict[str, Any] = {"converged": True, "reason": None}
     else:
         res = exact.restricted_divergence(
-            pair, divergence, adversary, degree=degree, alpha=alpha, convention=convention
+            pair,
+            divergence,
+            adversary,
+            degree=degree if adversary == "poly" else 1,
+            alpha=alpha,
+            convention=convention,
         )
         value = float(res.value)
         extra = {
@@ -430,13 +435,9 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except typer.TyperException as exc:  # usage errors: unknown option, bad type
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code or 2)
     sys.exit(0)
 
 

@@ -38,6 +38,7 @@ class UnitStore:
       [{'unit': 'a', 'value': 1}, {'unit': 'b', 'value': 1}]
       >>> store.done("a")
       True
+
     """
 
     def __init__(self, folder: str | Path):
@@ -77,6 +78,7 @@ class UnitStore:
 
         Returns:
           The results, in the order of ``unit_ids``.
+
         """
         ids = list(unit_ids)
         if len(set(ids)) != len(ids):

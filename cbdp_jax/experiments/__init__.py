@@ -13,7 +13,10 @@ from types import ModuleType
 
 # name -> (module, one-line description). Order is the order `cbdp reproduce all` runs them in.
 EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "fig1a": ("fig1a", "Laplace eps=1: exact (lin, Renyi), its upper bounds and Renyi-DP over alpha"),
+    "fig1a": (
+        "fig1a",
+        "Laplace eps=1: exact (lin, Renyi), its upper bounds and Renyi-DP over alpha",
+    ),
     "fig1b": ("fig1b", "Laplace eps=1: exact (poly_k, Renyi), k = 1, 2, 3, beside Renyi-DP"),
     "fig2a": ("fig2a", "Gaussian sigma=1: exact (lin, Renyi), its upper bounds and Renyi-DP"),
     "fig2b": ("fig2b", "Gaussian sigma=1: exact (poly_k, Renyi), k = 1, 2, 3, beside Renyi-DP"),

@@ -32,6 +32,7 @@ from cbdp_jax._src.evaluation import (
     z_quantile,
 )
 from cbdp_jax._src.io import environment_info, to_json
+from cbdp_jax._src.objectives import conservative_fit
 from cbdp_jax._src.training import (
     OPTIMIZERS,
     ObjectiveKey,
@@ -308,7 +309,18 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
     fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
     h_p = apply_fn(graphdef, params_m, rest_m, fit_p)
     h_q = apply_fn(graphdef, params_m, rest_m, fit_q)
-    fscale, fshift = objective.fit(h_p, h_q)
+    fscale, fshift = (float(v) for v in objective.fit(h_p, h_q))
+    z = z_quantile(1.0 - delta)
+    fscale, fshift = conservative_fit(
+        objective.kind,
+        div,
+        apply_fn(graphdef, params_m, rest_m, prob.val[0]),
+        apply_fn(graphdef, params_m, rest_m, prob.val[1]),
+        fscale,
+        fshift,
+        z,
+    )
+    fscale, fshift = jnp.asarray(fscale, dtype), jnp.asarray(fshift, dtype)
 
     def evaluate(p_chunks, q_chunks) -> HeldOut:
         return evaluate_fixed(
@@ -326,9 +338,14 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
     insample = evaluate(
         array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk)
     )
-    f_est = held.estimate if math.isfinite(held.q.mean) else -math.inf
+    overflow = not (math.isfinite(held.p.mean) and math.isfinite(held.p.m2))
+    if overflow:
+        warnings.append(
+            "the adversary's outputs overflowed (non-finite) on held-out samples: no estimate; "
+            "retry with dtype='float64' or a smaller learning rate"
+        )
+    f_est = held.estimate if math.isfinite(held.q.mean) and not overflow else -math.inf
     f_se = held.std_error if math.isfinite(f_est) else math.inf
-    z = z_quantile(1.0 - delta)
     f_lb = f_est - z * f_se if math.isfinite(f_est) else -math.inf
     est = _to_reported(div, f_est)
     lb = _to_reported(div, f_lb)
@@ -342,7 +359,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
             f"{div.label}: f* is +inf above {div.conjugate_sup:.4g}, so an unbounded class is degenerate "
             "(MATH.md section 6); use a bounded class (bound=B with B below that level)"
         )
-    if not math.isfinite(f_est):
+    if not math.isfinite(f_est) and not overflow:
         warnings.append("the trained adversary leaves the conjugate's domain on held-out samples")
     share = held.heavy_tail_share()
     if share > HEAVY_TAIL_SHARE:

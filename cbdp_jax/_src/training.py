@@ -159,6 +159,10 @@ def _train_jit(
     def member_value(p_, r_, xp, xq):
         return objective.value(apply_fn(graphdef, p_, r_, xp), apply_fn(graphdef, p_, r_, xq))
 
+    def member_loss(p_, r_, xp, xq):
+        h_p, h_q = apply_fn(graphdef, p_, r_, xp), apply_fn(graphdef, p_, r_, xq)
+        return -objective.value(h_p, h_q) + objective.penalty(h_p, h_q)
+
     def batch(k):
         if sampler is not None:
             xp, xq = sampler(k, batch_size)
@@ -173,7 +177,7 @@ def _train_jit(
     if optimizer == "lbfgs":
 
         def member_step(p_, r_, s_, xp, xq):
-            fn = lambda pp: -member_value(pp, r_, xp, xq)  # noqa: E731
+            fn = lambda pp: member_loss(pp, r_, xp, xq)  # noqa: E731
             value, grad = optax.value_and_grad_from_state(fn)(p_, state=s_)
             updates, s_ = tx.update(grad, s_, p_, value=value, grad=grad, value_fn=fn)
             return optax.apply_updates(p_, updates), s_, -value
@@ -181,7 +185,7 @@ def _train_jit(
     else:
 
         def member_step(p_, r_, s_, xp, xq):
-            value, grad = jax.value_and_grad(lambda pp: -member_value(pp, r_, xp, xq))(p_)
+            value, grad = jax.value_and_grad(lambda pp: member_loss(pp, r_, xp, xq))(p_)
             updates, s_ = tx.update(grad, s_, p_)
             return optax.apply_updates(p_, updates), s_, -value
 

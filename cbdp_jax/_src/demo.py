@@ -85,7 +85,7 @@ def run_demo(
                 ref = _references(mech, div, alpha, adversary, options)
                 rows.append(
                     {
-                        "mechanism": "Laplace(eps=1)" if mech == "laplace" else "Gaussian(sigma=1)",
+                        "mechanism": "Laplace eps=1" if mech == "laplace" else "Gauss sigma=1",
                         "divergence": res.divergence,
                         "adversary": res.adversary,
                         "estimate": res.estimate,
@@ -125,7 +125,7 @@ def run_demo(
             f(r["exact_restricted"]),
             f(r["unrestricted"]),
         )
-    console = Console()
+    console = Console(width=None if Console().is_terminal else 120)
     console.print(table)
     console.print(
         "exact (H): the true restricted value for classes linear in their parameters (quadrature + "

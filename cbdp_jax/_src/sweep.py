@@ -1,0 +1,1186 @@
+"""Sweeps: many adversaries trained and evaluated in one compiled program.
+
+A sweep is the grid ``mechanisms x adversary classes x alphas x learning rates x seeds``; every point of
+the grid is one *member*: one adversary trained on fresh samples of its own mechanism and evaluated on
+its own independent held-out samples. Members whose adversaries have the same shape (the same class
+with the same sizes: different seeds, or hyperparameters such as the random-feature bandwidth that only
+change the initialisation) and whose mechanisms share a dimension form a *group*; a group runs as ONE
+jitted program with ``jax.vmap`` over its members, in which the noise family (Laplace or Gaussian, both
+transforms of one uniform draw), the noise scale (1/epsilon or sigma), the sensitivity vector, the order
+alpha and the learning rate are traced arrays. Changing their values therefore never recompiles;
+neither does a second call with the same shapes.
+
+Per member (MATH.md section 9), exactly as :func:`cbdp_jax.estimator.estimate` with fresh samples:
+
+- P = M(0) and Q = M(v) (the canonical pair), sampled inside the compiled step with the member's scale:
+  every optimiser step draws a new minibatch, so training memory does not grow with the step count.
+- The training objective is the tight form where the class allows it (Donsker-Varadhan for KL; the
+  scale-free Renyi form for cones) written with alpha as an array; early stopping keeps the parameters of
+  the best value on a fixed validation sample, on which the constant (KL) or the sign and scale (alpha
+  family) of the plain f-form are then fitted in closed form.
+- That fixed function is evaluated on independent fresh test samples streamed in chunks of
+  ``eval_chunk`` rows per member; the chunk moments are merged on the host in float64
+  (:class:`~cbdp_jax._src.evaluation.Moments`), giving the held-out estimate, its standard error and a
+  one-sided CLT lower confidence bound, with the estimator's diagnostics.
+
+Keys: :func:`train_sweep` splits its key into ``k_members, k_noise``; a member's initialisation and
+validation keys derive from ``fold_in(k_members, seed)`` and the training noise of step i from
+``fold_in(k_noise, i)`` (shared by all members; from the member key with ``shared_noise=False``).
+:func:`evaluate_sweep` draws a member's test samples from ``fold_in(key, seed)``, and
+:func:`estimate_sweep` is the two with ``k_train, k_test = split(key)``. Members that differ only in
+mechanism, class, alpha or learning rate thus share their initial key and their standardised noise
+draws -- common random numbers, which make differences along the grid less noisy -- and a member's
+result does not depend on which other members are in the sweep or on how it is cut into batches.
+
+Scale: a group larger than ``max_batch`` members is cut into batches of ``max_batch`` (the last one
+padded by repeating a member), all of one shape, so one compilation serves them all.
+
+Multiple devices: the member axis of every batch is sharded over ``jax.devices()`` with a
+``NamedSharding`` of a one-dimensional ``Mesh`` (axis ``'members'``); ``max_batch`` is rounded up to a
+multiple of the device count. Members never communicate, so the program runs without collectives and
+the results equal a one-device run (up to floating-point reassociation).
+
+Multiple hosts: call ``jax.distributed.initialize()`` in every process before any other JAX call (on
+Cloud TPU and SLURM / Open MPI clusters it needs no arguments; elsewhere pass ``coordinator_address``,
+``num_processes`` and ``process_id``), then run the same script with the same key and grid in every
+process. ``jax.devices()`` then lists the devices of all hosts, the mesh spans them all, every process
+builds the same (deterministic) inputs and contributes its own shards
+(``jax.make_array_from_callback``), and results are gathered to every process with
+``multihost_utils.process_allgather``; write files from ``jax.process_index() == 0`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
+from cbdp_jax._src.divergences import (
+    _log_mean_abs_pow,
+    alpha_exponent,
+    donsker_varadhan,
+    get_divergence,
+    kl_optimal_shift,
+)
+from cbdp_jax._src.estimator import (
+    HEAVY_TAIL_SHARE,
+    _check_key,
+    _renyi_slope,
+    _spec_dict,
+    _to_reported,
+)
+from cbdp_jax._src.evaluation import HeldOut, Moments, z_quantile
+from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+from cbdp_jax._src.objectives import choose_objective
+from cbdp_jax._src.training import _all_finite, _select, apply_fn
+from cbdp_jax._src.validation import (
+    InvalidParameterError,
+    check_alpha,
+    check_choice,
+    check_in_range,
+    check_int_at_least,
+    check_positive,
+)
+
+SWEEP_DIVERGENCES = ("kl", "renyi", "alpha")
+MEMBER_AXIS = "members"
+
+# Incremented each time a sweep program is traced: tests use it to prove that a second call with the
+# same shapes does not recompile. ``init`` counts the (tiny) initialisation program, compiled once per
+# adversary class.
+TRACE_COUNT = {"init": 0, "train": 0, "evaluate": 0}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """How every member of a sweep is trained and evaluated. Frozen and hashable.
+
+    Attributes:
+      steps: Optimiser steps per member (rounded down to a multiple of ``eval_every``).
+      eval_every: Steps between validation checks (early stopping granularity).
+      batch_size: Fresh minibatch size per side per step.
+      learning_rate: Adam's step size when the sweep gives no ``learning_rates`` grid.
+      val_samples: Validation samples per side per member (early stopping and the closed-form fit).
+      test_samples: Held-out samples per side per member.
+      eval_chunk: Held-out rows per side per member in one compiled evaluation call (the last chunk
+        is masked, so every sample size shares one compilation). Memory of a call grows like
+        ``max_batch * eval_chunk * (d + hidden width)``; it also fixes which samples chunk i draws,
+        so results depend on it (not on ``max_batch``).
+      confidence: Level 1 - delta of the one-sided lower confidence bound.
+      tight: Train with the tight forms of MATH.md section 3 where the class allows it.
+      dtype: ``'float32'`` or ``'float64'`` (needs ``jax_enable_x64``).
+      shared_noise: All members draw the same standard noise at a given training step, each scaling
+        it by its own noise scale and shifting it to its own centre -- as the estimator's ensemble
+        shares its minibatches. vmap then computes the draw once per step for the whole batch (the
+        random numbers dominate the cost of small adversaries). False: every member draws its own
+        (seeds are then independent replicates of the training data too, at one draw per member).
+        Validation and test samples are always the member's own.
+
+    """
+
+    steps: int = 2000
+    eval_every: int = 100
+    batch_size: int = 4096
+    learning_rate: float = 1e-2
+    val_samples: int = 8192
+    test_samples: int = 100_000
+    eval_chunk: int = 16384
+    confidence: float = 0.95
+    tight: bool = True
+    dtype: str = "float32"
+    shared_noise: bool = True
+
+    def __post_init__(self):
+        check_int_at_least("steps", self.steps, 1)
+        check_int_at_least("eval_every", self.eval_every, 1)
+        check_int_at_least("batch_size", self.batch_size, 2)
+        check_positive("learning_rate", self.learning_rate)
+        check_int_at_least("val_samples", self.val_samples, 2)
+        check_int_at_least("test_samples", self.test_samples, 2)
+        check_int_at_least("eval_chunk", self.eval_chunk, 1)
+        check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
+        check_choice("dtype", self.dtype, ("float32", "float64"))
+        if self.dtype == "float64" and not jax.config.jax_enable_x64:
+            raise InvalidParameterError(
+                "dtype='float64' needs 64-bit JAX: call jax.config.update('jax_enable_x64', True) first"
+            )
+
+    @property
+    def blocks(self) -> int:
+        """The number of evaluation blocks."""
+        return max(self.steps // self.eval_every, 1)
+
+    @property
+    def block_steps(self) -> int:
+        """Optimiser steps per block."""
+        return min(self.eval_every, self.steps)
+
+
+class Member(NamedTuple):
+    """One point of the sweep grid.
+
+    Attributes:
+      index: Position in the sweep (the row order of the result table).
+      mechanism: A Laplace or Gaussian mechanism; P = M(0), Q = M(v) with v its sensitivity.
+      adversary: The adversary class.
+      adversary_index: Its position in the sweep's ``adversaries`` (labels need not be unique, e.g.
+        random features of two bandwidths).
+      alpha: The order (None for KL).
+      learning_rate: Adam's step size.
+      seed: The seed; the member's keys derive from ``fold_in(k_members, seed)`` (module docstring).
+
+    """
+
+    index: int
+    mechanism: LaplaceMechanism | GaussianMechanism
+    adversary: AdversarySpec
+    adversary_index: int
+    alpha: float | None
+    learning_rate: float
+    seed: int
+
+
+class _Static(NamedTuple):
+    """Everything static about a group's compiled programs (hashable; no values that vary per member)."""
+
+    graphdef: Any
+    family: str
+    divergence: str
+    convention: str
+    objective: str
+    dim: int
+    dtype: str
+    key_impl: str
+    blocks: int
+    block_steps: int
+    batch_size: int
+    val_samples: int
+    shared_noise: bool
+
+
+class MemberInputs(NamedTuple):
+    """Per-member arrays of a batch (leading axis = members).
+
+    Attributes:
+      key_data: Raw key data of ``fold_in(key, seed)``, ``[M, k]`` uint32.
+      alpha: The order, ``[M]`` (NaN for KL, unused).
+      noise_scale: Laplace scale 1/epsilon or Gaussian sigma, ``[M]``.
+      sensitivity: The centre v of Q, ``[M, d]``.
+      learning_rate: Adam's step size, ``[M]``.
+      gaussian: Whether the member's noise is Gaussian (else Laplace), ``[M]`` bool.
+
+    """
+
+    key_data: Any
+    alpha: Any
+    noise_scale: Any
+    sensitivity: Any
+    learning_rate: Any
+    gaussian: Any
+
+
+class MemberTraining(NamedTuple):
+    """Output of the training program (leading axis = members).
+
+    Attributes:
+      params: Trainable parameters at the best validation value.
+      rest: Non-trainable state (input standardisation, fixed random features).
+      scale: Fitted scale of the evaluated function ``scale * h + shift``, ``[M]``.
+      shift: Fitted shift, ``[M]``.
+      best_value: Best validation value of the training objective, ``[M]``.
+      finite: Whether training stayed finite, ``[M]``.
+      train_curve: Training objective at the end of each block, ``[M, blocks]``.
+      val_curve: Validation objective after each block, ``[M, blocks]``.
+
+    """
+
+    params: Any
+    rest: Any
+    scale: Any
+    shift: Any
+    best_value: Any
+    finite: Any
+    train_curve: Any
+    val_curve: Any
+
+
+class TrainedBatch(NamedTuple):
+    """One trained batch: its members (padding included) and device-resident, sharded results."""
+
+    static: _Static
+    members: tuple[int, ...]
+    n_real: int
+    inputs: MemberInputs
+    output: MemberTraining
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepTraining:
+    """Result of :func:`train_sweep`: trained members, still on their devices.
+
+    Attributes:
+      members: The grid points, in sweep order.
+      batches: The trained batches (each sharded over ``devices`` along the member axis).
+      divergence: The divergence name.
+      convention: The alpha family's conjugate convention.
+      config: The configuration used.
+      devices: The devices of the mesh.
+      seconds: Wall time of the training, compilation included.
+
+    """
+
+    members: tuple[Member, ...]
+    batches: tuple[TrainedBatch, ...]
+    divergence: str
+    convention: str
+    config: SweepConfig
+    devices: tuple[Any, ...]
+    seconds: float
+
+    def _locate(self, index: int) -> tuple[TrainedBatch, int]:
+        for batch in self.batches:
+            if index in batch.members[: batch.n_real]:
+                return batch, batch.members.index(index)
+        raise IndexError(f"member {index} is not in this sweep")
+
+    def function(self, index: int) -> Callable[[jax.Array], jax.Array]:
+        """The fixed evaluated function ``x [n, d] -> scale * h(x) + shift [n]`` of member ``index``."""
+        batch, pos = self._locate(index)
+        take = lambda tree: jax.tree.map(lambda x: jnp.asarray(_to_host(x)[pos]), tree)  # noqa: E731
+        out = batch.output
+        params, rest = take(out.params), take(out.rest)
+        scale, shift = take(out.scale), take(out.shift)
+        graphdef = batch.static.graphdef
+        return lambda x: scale * apply_fn(graphdef, params, rest, jnp.asarray(x)) + shift
+
+    def best_values(self) -> np.ndarray:
+        """The best validation objective of every member, ``[members]`` (host array)."""
+        out = np.empty(len(self.members))
+        for batch in self.batches:
+            vals = _to_host(batch.output.best_value)
+            out[list(batch.members[: batch.n_real])] = vals[: batch.n_real]
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Objectives with alpha as an array (divergences.py's versions take a Python float)
+# --------------------------------------------------------------------------------------------------
+
+
+def alpha_conjugate_array(s: jax.Array, alpha: jax.Array, convention: str = "abs") -> jax.Array:
+    """f*(s) = C_a |s|^A + 1/(a^2 - a), A = a/(a-1), C_a = (a-1)^A / a, for a traced ``alpha``.
+
+    The same function as ``get_divergence('alpha', alpha=a).conjugate`` (paper Lemma 3; MATH.md
+    section 2), with ``alpha`` an array so one program serves a grid of orders.
+    """
+    big_a = alpha_exponent(alpha)
+    c_a = jnp.exp(big_a * jnp.log(alpha - 1.0) - jnp.log(alpha))
+    base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
+    return c_a * base**big_a + 1.0 / (alpha * alpha - alpha)
+
+
+def alpha_optimal_scale_array(
+    h_p: jax.Array, h_q: jax.Array, alpha: jax.Array, convention: str = "abs"
+) -> jax.Array:
+    """:func:`~cbdp_jax.divergences.alpha_optimal_scale` for a traced ``alpha`` (0 if mean(h_p) <= 0)."""
+    mean_p = jnp.mean(h_p)
+    safe = jnp.where(mean_p > 0, mean_p, 1.0)
+    log_m = _log_mean_abs_pow(h_q, alpha_exponent(alpha), convention)
+    log_t = (alpha - 1.0) * (jnp.log(safe) - log_m) - jnp.log(alpha - 1.0)
+    return jnp.where(mean_p > 0, jnp.exp(log_t), 0.0)
+
+
+def _conjugate(static: _Static, s: jax.Array, alpha: jax.Array) -> jax.Array:
+    if static.divergence == "kl":
+        return jnp.exp(s - 1.0)
+    return alpha_conjugate_array(s, alpha, static.convention)
+
+
+def _objective_value(static: _Static, h_p, h_q, alpha) -> jax.Array:
+    """The training objective (choose_objective's choice), alpha traced."""
+    if static.objective == "dv":
+        return donsker_varadhan(h_p, h_q)
+    if static.objective == "renyi_scale_free":
+        big_a = alpha_exponent(alpha)
+        mean_p = jnp.abs(jnp.mean(h_p))  # sign-symmetric, as in objectives.choose_objective
+        return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs")
+    return jnp.mean(h_p) - jnp.mean(_conjugate(static, h_q, alpha))
+
+
+def _fit(static: _Static, h_p, h_q, alpha) -> tuple[jax.Array, jax.Array]:
+    """The scale and shift that make ``scale * h + shift`` a member of the plain f-form."""
+    one, zero = jnp.ones((), h_p.dtype), jnp.zeros((), h_p.dtype)
+    if static.objective == "dv":
+        return one, kl_optimal_shift(h_q)
+    if static.objective == "renyi_scale_free":
+        sign = jnp.where(jnp.mean(h_p) >= 0, 1.0, -1.0).astype(h_p.dtype)
+        return sign * alpha_optimal_scale_array(sign * h_p, sign * h_q, alpha, "abs"), zero
+    return one, zero
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-member programs
+# --------------------------------------------------------------------------------------------------
+
+
+def _standardisation(static: _Static, inp: MemberInputs):
+    """Population mean and standard deviation of the pooled sample (P and Q in equal parts)."""
+    dt = jnp.dtype(static.dtype)
+    scale, v = inp.noise_scale.astype(dt), inp.sensitivity.astype(dt)
+    laplace_var, gauss_var = 2.0 * scale**2, scale**2
+    if static.family == "laplace":
+        var = laplace_var
+    elif static.family == "gaussian":
+        var = gauss_var
+    else:
+        var = jnp.where(inp.gaussian, gauss_var, laplace_var)
+    return v / 2.0, jnp.sqrt(var + v**2 / 4.0)
+
+
+def _uniform(static: _Static, key, n: int) -> jax.Array:
+    """Uniforms on (-1, 1) for ``n`` samples of each side, ``[2, n, d]``.
+
+    ``jax.random.laplace`` and ``jax.random.normal`` both transform exactly these uniforms, so the noise
+    below equals theirs for the same key, and one draw serves a batch that mixes the two families.
+    """
+    dt = jnp.dtype(static.dtype)
+    lo = np.nextafter(np.array(-1.0, dt), np.array(0.0, dt))
+    return jax.random.uniform(key, (2, n, static.dim), dt, lo, 1.0)
+
+
+def _place(static: _Static, u: jax.Array, inp: MemberInputs) -> jax.Array:
+    """Samples of P = M(0) and Q = M(v), ``[2, n, d]``: the member's noise from uniforms ``u``."""
+    dt = u.dtype
+    laplace = lambda: jnp.sign(u) * jnp.log1p(-jnp.abs(u))  # noqa: E731
+    normal = lambda: np.sqrt(2.0).astype(dt) * jax.lax.erf_inv(u)  # noqa: E731
+    if static.family == "laplace":
+        noise = laplace()
+    elif static.family == "gaussian":
+        noise = normal()
+    else:
+        noise = jnp.where(inp.gaussian, normal(), laplace())
+    v = inp.sensitivity.astype(dt)
+    centres = jnp.stack([jnp.zeros_like(v), v])
+    return centres[:, None, :] + inp.noise_scale.astype(dt) * noise
+
+
+def _draw_pair(static: _Static, key, n: int, inp: MemberInputs) -> jax.Array:
+    """``n`` fresh samples of P and of Q, ``[2, n, d]``, with the member's noise scale."""
+    return _place(static, _uniform(static, key, n), inp)
+
+
+def _outputs(static: _Static, params, rest, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The adversary on both sides ``x [2, n, d]`` in one pass (fewer, larger matrix products)."""
+    n = x.shape[1]
+    h = apply_fn(static.graphdef, params, rest, x.reshape(2 * n, x.shape[2]))
+    return h[:n], h[n:]
+
+
+def _member_keys(static: _Static, key_data) -> tuple[jax.Array, jax.Array, jax.Array]:
+    key = jax.random.wrap_key_data(key_data, impl=static.key_impl)
+    k_init, k_val, k_train = jax.random.split(key, 3)
+    return k_init, k_val, k_train
+
+
+def _train_batch(
+    static: _Static, inputs: MemberInputs, params, rest, noise_key_data
+) -> MemberTraining:
+    """Trains a batch of members on fresh minibatches with early stopping; see the module docstring.
+
+    ``lax.scan`` over blocks of ``lax.scan`` over steps, ``jax.vmap`` over the members inside each step
+    (the layout of :func:`cbdp_jax._src.training._train_jit`). With ``static.shared_noise`` the step's
+    standard noise is drawn once, outside the vmap, and every member scales it by its own noise scale.
+    """
+    dt = jnp.dtype(static.dtype)
+    _, k_val, k_train = jax.vmap(functools.partial(_member_keys, static))(inputs.key_data)
+    val_x = jax.vmap(lambda k, inp: _draw_pair(static, k, static.val_samples, inp))(k_val, inputs)
+    noise_key = jax.random.wrap_key_data(noise_key_data, impl=static.key_impl)
+    # Adam with global-norm clipping, the learning rate applied as a traced factor (the same update as
+    # training.make_optimizer('adam', lr)).
+    tx = optax.chain(optax.clip_by_global_norm(10.0), optax.scale_by_adam())
+
+    def value(p_, r_, inp, x):
+        h_p, h_q = _outputs(static, p_, r_, x)
+        return _objective_value(static, h_p, h_q, inp.alpha.astype(dt))
+
+    def member_step(p_, s_, r_, inp, k, noise, i):
+        if noise is None:
+            x = _draw_pair(static, jax.random.fold_in(k, i), static.batch_size, inp)
+        else:
+            x = _place(static, noise, inp)
+        v, grad = jax.value_and_grad(lambda pp: -value(pp, r_, inp, x))(p_)
+        updates, s_ = tx.update(grad, s_, p_)
+        lr = inp.learning_rate.astype(dt)
+        p_ = jax.tree.map(lambda a, u: a - lr.astype(a.dtype) * u, p_, updates)
+        return p_, s_, -v
+
+    vstep = jax.vmap(member_step, in_axes=(0, 0, 0, 0, 0, None, None))
+    vval = jax.vmap(value)
+
+    def step(carry, i):
+        p_, s_ = carry
+        noise = None
+        if static.shared_noise:
+            noise = _uniform(static, jax.random.fold_in(noise_key, i), static.batch_size)
+        p_, s_, v = vstep(p_, s_, rest, inputs, k_train, noise, i)
+        return (p_, s_), v
+
+    def block(carry, b):
+        p_, s_, best_p, best_v, finite = carry
+        idx = b * static.block_steps + jnp.arange(static.block_steps)
+        (p_, s_), values = jax.lax.scan(step, (p_, s_), idx)
+        v = vval(p_, rest, inputs, val_x)
+        finite = finite & jnp.isfinite(v) & _all_finite(p_)
+        v = jnp.where(finite, v, -jnp.inf)
+        better = v > best_v
+        best_p = _select(better, p_, best_p)
+        best_v = jnp.where(better, v, best_v)
+        return (p_, s_, best_p, best_v, finite), (values[-1], v)
+
+    v0 = vval(params, rest, inputs, val_x)
+    v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
+    finite0 = jnp.ones(v0.shape, bool)
+    carry = (params, jax.vmap(tx.init)(params), params, v0, finite0)
+    (_, _, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
+        block, carry, jnp.arange(static.blocks)
+    )
+
+    def fit(p_, r_, inp, x):
+        h_p, h_q = _outputs(static, p_, r_, x)
+        return _fit(static, h_p, h_q, inp.alpha.astype(dt))
+
+    scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
+    return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T)
+
+
+def _masked_moments(t: jax.Array, mask: jax.Array, n) -> jax.Array:
+    mean = jnp.sum(jnp.where(mask, t, 0.0)) / n.astype(t.dtype)
+    m2 = jnp.sum(jnp.where(mask, (t - mean) ** 2, 0.0))
+    lo = jnp.min(jnp.where(mask, t, jnp.inf))
+    hi = jnp.max(jnp.where(mask, t, -jnp.inf))
+    return jnp.stack([mean, m2, lo, hi])
+
+
+def _member_evaluate(
+    static: _Static, chunk: int, inp, test_key_data, params, rest, scale, shift, index, n_valid
+):
+    """Moments of the two f-form terms on one chunk of fresh held-out samples, ``[2, 4]``."""
+    key = jax.random.wrap_key_data(test_key_data, impl=static.key_impl)
+    h_p, h_q = _outputs(
+        static, params, rest, _draw_pair(static, jax.random.fold_in(key, index), chunk, inp)
+    )
+    h_p = scale * h_p + shift
+    h_q = scale * h_q + shift
+    t_q = _conjugate(static, h_q, inp.alpha.astype(h_q.dtype))
+    mask = jnp.arange(chunk) < n_valid
+    return jnp.stack([_masked_moments(h_p, mask, n_valid), _masked_moments(t_q, mask, n_valid)])
+
+
+# --------------------------------------------------------------------------------------------------
+# Compiled programs (vmapped over members)
+# --------------------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "static"))
+def _init_program(inputs: MemberInputs, *, spec: AdversarySpec, static: _Static):
+    TRACE_COUNT["init"] += 1
+    dt = jnp.dtype(static.dtype)
+
+    def one(inp):
+        k_init, _, _ = _member_keys(static, inp.key_data)
+        loc, std = _standardisation(static, inp)
+        module = spec.build(k_init, static.dim, loc=loc, scale=std, dtype=dt)
+        _, params, rest = nnx.split(module, nnx.Param, ...)
+        return params, rest
+
+    return jax.vmap(one)(inputs)
+
+
+@jax.jit
+def _select_members(index, trees):
+    """Per member, the tree ``trees[index[m]]`` (classes of one shape initialised separately)."""
+
+    def pick(*leaves):
+        out = leaves[0]
+        for j, leaf in enumerate(leaves[1:], start=1):
+            m = (index == j).reshape(index.shape + (1,) * (leaf.ndim - 1))
+            out = jnp.where(m, leaf, out)
+        return out
+
+    return jax.tree.map(pick, *trees)
+
+
+@functools.partial(jax.jit, static_argnames=("static",))
+def _train_program(
+    inputs: MemberInputs, params, rest, noise_key_data, *, static: _Static
+) -> MemberTraining:
+    TRACE_COUNT["train"] += 1
+    return _train_batch(static, inputs, params, rest, noise_key_data)
+
+
+@functools.partial(jax.jit, static_argnames=("static", "chunk"))
+def _evaluate_program(
+    inputs: MemberInputs, test_key_data, output: MemberTraining, index, n_valid, *, static, chunk
+):
+    TRACE_COUNT["evaluate"] += 1
+    fn = functools.partial(_member_evaluate, static, chunk)
+    return jax.vmap(fn, in_axes=(0, 0, 0, 0, 0, 0, None, None))(
+        inputs,
+        test_key_data,
+        output.params,
+        output.rest,
+        output.scale,
+        output.shift,
+        index,
+        n_valid,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Host side: the grid, groups, batches, sharding
+# --------------------------------------------------------------------------------------------------
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    """A global array on this host (gathered across processes when it spans several hosts)."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _put(tree, sharding: NamedSharding):
+    """Places host arrays (identical in every process) on the mesh, sharded along their first axis."""
+
+    def one(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(one, tree)
+
+
+def _as_mechanisms(mechanisms) -> tuple[LaplaceMechanism | GaussianMechanism, ...]:
+    if isinstance(mechanisms, Mechanism):
+        mechanisms = (mechanisms,)
+    mechs = tuple(mechanisms)
+    if not mechs:
+        raise InvalidParameterError("mechanisms=() is invalid: give at least one mechanism")
+    for m in mechs:
+        if not isinstance(m, (LaplaceMechanism, GaussianMechanism)) or m.query is not None:
+            raise InvalidParameterError(
+                f"mechanisms entry {m!r} is invalid: a sweep samples the canonical pair of a "
+                "LaplaceMechanism or GaussianMechanism without a query (P = M(0), Q = M(v))"
+            )
+    return mechs
+
+
+def _as_specs(adversaries, options: dict[str, Any]) -> tuple[AdversarySpec, ...]:
+    if isinstance(adversaries, (str, AdversarySpec)):
+        adversaries = (adversaries,)
+    specs = tuple(
+        a if isinstance(a, AdversarySpec) else make_adversary(a, **options) for a in adversaries
+    )
+    if not specs:
+        raise InvalidParameterError("adversaries=() is invalid: give at least one class")
+    return specs
+
+
+def _as_alphas(divergence: str, alphas) -> tuple[float | None, ...]:
+    if divergence == "kl":
+        if alphas is not None:
+            raise InvalidParameterError(
+                f"alphas={alphas!r} is invalid: KL has no order (leave alphas=None)"
+            )
+        return (None,)
+    if alphas is None:
+        raise InvalidParameterError(
+            f"alphas=None is invalid: divergence={divergence!r} needs orders"
+        )
+    if isinstance(alphas, (int, float)):
+        alphas = (alphas,)
+    return tuple(check_alpha(a) for a in alphas)
+
+
+def _as_seeds(seeds) -> tuple[int, ...]:
+    if isinstance(seeds, int):
+        return tuple(range(check_int_at_least("seeds", seeds, 1)))
+    out = tuple(int(s) for s in seeds)
+    if not out or len(set(out)) != len(out):
+        raise InvalidParameterError(f"seeds={seeds!r} is invalid: must be distinct integers")
+    return out
+
+
+def _shape_signature(spec: AdversarySpec, dim: int, dtype) -> tuple[Any, Any]:
+    abstract = nnx.eval_shape(lambda: spec.build(jax.random.key(0), dim, dtype=dtype))
+    graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
+    leaves, treedef = jax.tree.flatten((params, rest))
+    return graphdef, (treedef, tuple((x.shape, str(x.dtype)) for x in leaves))
+
+
+class _Group(NamedTuple):
+    static: _Static
+    specs: tuple[AdversarySpec, ...]
+    members: tuple[int, ...]
+
+
+class _Plan(NamedTuple):
+    members: tuple[Member, ...]
+    groups: tuple[_Group, ...]
+    divergence: str
+    convention: str
+    config: SweepConfig
+    key_impl: str
+
+
+def _plan(
+    key: jax.Array,
+    mechanisms,
+    *,
+    adversaries,
+    divergence: str,
+    alphas,
+    seeds,
+    learning_rates,
+    convention: str,
+    config: SweepConfig,
+    adversary_options: dict[str, Any],
+) -> _Plan:
+    _check_key(key)
+    check_choice("divergence", divergence, SWEEP_DIVERGENCES)
+    check_choice("convention", convention, ("abs", "nonneg"))
+    mechs = _as_mechanisms(mechanisms)
+    specs = _as_specs(adversaries, adversary_options)
+    alpha_grid = _as_alphas(divergence, alphas)
+    lrs = (config.learning_rate,) if learning_rates is None else tuple(learning_rates)
+    lrs = tuple(check_positive("learning_rates", lr) for lr in lrs)
+    seed_grid = _as_seeds(seeds)
+    members = tuple(
+        Member(i, m, s, j, a, lr, seed)
+        for i, (m, (j, s), a, lr, seed) in enumerate(
+            itertools.product(mechs, enumerate(specs), alpha_grid, lrs, seed_grid)
+        )
+    )
+    dtype = jnp.dtype(config.dtype)
+    div_probe = get_divergence(
+        divergence, alpha=2.0 if divergence != "kl" else None, convention=convention
+    )
+    groups: dict[Any, list[int]] = {}
+    families: dict[Any, set[str]] = {}
+    key_impl = str(jax.random.key_impl(key))
+    signatures = {}
+    for member in members:
+        dim = member.mechanism.dim
+        if (member.adversary, dim) not in signatures:
+            signatures[member.adversary, dim] = _shape_signature(member.adversary, dim, dtype)
+        graphdef, shapes = signatures[member.adversary, dim]
+        kind = choose_objective(div_probe, member.adversary, tight=config.tight).kind
+        gkey = (dim, graphdef, shapes, kind)
+        groups.setdefault(gkey, []).append(member.index)
+        families.setdefault(gkey, set()).add(member.mechanism.family)
+    out = []
+    for gkey, idx in groups.items():
+        dim, graphdef, _, kind = gkey
+        fams = families[gkey]
+        static = _Static(
+            graphdef=graphdef,
+            family=fams.pop() if len(fams) == 1 else "mixed",
+            divergence=divergence,
+            convention=convention,
+            objective=kind,
+            dim=dim,
+            dtype=config.dtype,
+            key_impl=key_impl,
+            blocks=config.blocks,
+            block_steps=config.block_steps,
+            batch_size=config.batch_size,
+            val_samples=config.val_samples,
+            shared_noise=config.shared_noise,
+        )
+        group_specs = tuple(dict.fromkeys(members[i].adversary for i in idx))
+        out.append(_Group(static, group_specs, tuple(idx)))
+    return _Plan(members, tuple(out), divergence, convention, config, key_impl)
+
+
+def _batches(members: Sequence[int], max_batch: int, n_devices: int) -> Iterator[tuple[int, ...]]:
+    """Cuts a group into batches of one size (a multiple of the device count), padding the last."""
+    size = min(max_batch, len(members))
+    size = -(-size // n_devices) * n_devices
+    for start in range(0, len(members), size):
+        part = tuple(members[start : start + size])
+        yield part + (part[-1],) * (size - len(part))
+
+
+def _key_data(key: jax.Array, seeds: Sequence[int]) -> np.ndarray:
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.asarray(seeds, jnp.uint32))
+    return np.asarray(jax.random.key_data(keys))
+
+
+def _member_arrays(plan: _Plan, idx: Sequence[int], key: jax.Array) -> MemberInputs:
+    members = [plan.members[i] for i in idx]
+    return MemberInputs(
+        key_data=_key_data(key, [m.seed for m in members]),
+        alpha=np.array([np.nan if m.alpha is None else m.alpha for m in members]),
+        noise_scale=np.array([m.mechanism.noise_scale for m in members]),
+        sensitivity=np.array([m.mechanism.sensitivity for m in members]),
+        learning_rate=np.array([m.learning_rate for m in members]),
+        gaussian=np.array([m.mechanism.family == "gaussian" for m in members]),
+    )
+
+
+def _mesh(devices) -> tuple[tuple[Any, ...], NamedSharding]:
+    devices = tuple(jax.devices() if devices is None else devices)
+    if not devices:
+        raise InvalidParameterError("devices=() is invalid: give at least one device")
+    mesh = Mesh(np.asarray(devices, dtype=object), (MEMBER_AXIS,))
+    return devices, NamedSharding(mesh, PartitionSpec(MEMBER_AXIS))
+
+
+def _train_batches(
+    plan: _Plan, key: jax.Array, *, max_batch: int, devices
+) -> Iterator[TrainedBatch]:
+    devices, sharding = _mesh(devices)
+    k_members, k_noise = jax.random.split(key)
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    noise_key_data = _put(np.asarray(jax.random.key_data(k_noise)), replicated)
+    for group in plan.groups:
+        static = group.static
+        for idx in _batches(group.members, max_batch, len(devices)):
+            inputs = _put(_member_arrays(plan, idx, k_members), sharding)
+            model = _model_static(static)
+            inits = [_init_program(inputs, spec=s, static=model) for s in group.specs]
+            if len(inits) == 1:
+                params, rest = inits[0]
+            else:
+                which = [group.specs.index(plan.members[i].adversary) for i in idx]
+                params, rest = _select_members(_put(np.asarray(which), sharding), inits)
+            output = _train_program(inputs, params, rest, noise_key_data, static=static)
+            n_real = len(dict.fromkeys(idx))
+            yield TrainedBatch(static, idx, n_real, inputs, output)
+
+
+# --------------------------------------------------------------------------------------------------
+# Held-out evaluation and the result table
+# --------------------------------------------------------------------------------------------------
+
+
+def _model_static(static: _Static) -> _Static:
+    """The static fields that initialisation and evaluation depend on.
+
+    The model and the noise, not the training budget: a new budget must not recompile them.
+    """
+    return static._replace(blocks=0, block_steps=0, batch_size=0, val_samples=0, shared_noise=False)
+
+
+def _merge(acc: np.ndarray | None, n_acc: int, stats: np.ndarray, n_new: int) -> np.ndarray:
+    """Chan's parallel update of ``[M, 2, 4]`` (mean, m2, min, max) moments, in float64."""
+    stats = stats.astype(np.float64)
+    if acc is None:
+        return stats
+    total = n_acc + n_new
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = stats[..., 0] - acc[..., 0]
+        out = np.empty_like(acc)
+        out[..., 0] = acc[..., 0] + delta * n_new / total
+        out[..., 1] = acc[..., 1] + stats[..., 1] + delta * delta * n_acc * n_new / total
+    out[..., 2] = np.minimum(acc[..., 2], stats[..., 2])
+    out[..., 3] = np.maximum(acc[..., 3], stats[..., 3])
+    return out
+
+
+def _evaluate_batch(
+    batch: TrainedBatch,
+    plan: _Plan,
+    test_key: jax.Array,
+    n: int,
+    chunk: int,
+    sharding: NamedSharding,
+) -> np.ndarray:
+    """Streams ``n`` held-out samples per side per member; returns merged ``[M, 2, 4]`` moments."""
+    seeds = [plan.members[i].seed for i in batch.members]
+    test_kd = _put(_key_data(test_key, seeds), sharding)
+    # Always the full chunk shape (the last chunk masked), so every sample size shares one compilation.
+    acc, done = None, 0
+    for index, start in enumerate(range(0, n, chunk)):
+        valid = min(chunk, n - start)
+        stats = _evaluate_program(
+            batch.inputs,
+            test_kd,
+            batch.output,
+            np.int32(index),
+            np.int32(valid),
+            static=_model_static(batch.static),
+            chunk=chunk,
+        )
+        acc = _merge(acc, done, _to_host(stats), valid)
+        done += valid
+    return acc
+
+
+def _row(
+    member: Member,
+    moments: np.ndarray,
+    n: int,
+    *,
+    best_value: float,
+    finite: bool,
+    val_curve: np.ndarray,
+    plan: _Plan,
+    objective: str,
+) -> dict[str, Any]:
+    config = plan.config
+    div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)
+    held = HeldOut(
+        Moments(n, *(float(x) for x in moments[0])), Moments(n, *(float(x) for x in moments[1]))
+    )
+    f_est = (
+        held.estimate if math.isfinite(held.q.mean) and math.isfinite(held.p.mean) else -math.inf
+    )
+    f_se = held.std_error if math.isfinite(f_est) else math.inf
+    delta = 1.0 - config.confidence
+    f_lb = f_est - z_quantile(1.0 - delta) * f_se if math.isfinite(f_est) else -math.inf
+    est = _to_reported(div, f_est)
+    lb = _to_reported(div, f_lb)
+    se = f_se * _renyi_slope(div, f_est) if math.isfinite(f_se) else math.inf
+    if member.adversary.contains_constants:
+        lb = max(lb, 0.0)
+    warnings = []
+    if not finite:
+        warnings.append("training diverged (NaN or inf); lower the learning rate")
+    if not math.isfinite(f_est):
+        warnings.append("the trained adversary leaves the conjugate's domain on held-out samples")
+    share = held.heavy_tail_share() if math.isfinite(f_est) else 1.0
+    if share > HEAVY_TAIL_SHARE:
+        warnings.append(
+            f"heavy tail: one held-out sample carries {share:.0%} of the variance of f*(h) under Q; the "
+            "standard error may be underestimated and the bound optimistic (MATH.md section 9)"
+        )
+    if math.isfinite(est) and est > math.log(n):
+        warnings.append(
+            f"estimate {est:.3g} exceeds log(n_test) = {math.log(n):.3g}: divergences this large "
+            "cannot be certified from this many samples (MATH.md section 9)"
+        )
+    blocks = len(val_curve)
+    if blocks >= 4 and math.isfinite(f_se):
+        tail = max(blocks // 4, 1)
+        gain = val_curve[-1] - val_curve[-1 - tail]
+        if np.argmax(val_curve) >= blocks - max(blocks // 10, 1) and gain > max(f_se, 1e-3):
+            warnings.append(
+                f"not converged: validation objective still rose by {gain:.3g} over the last {tail} "
+                "evaluation blocks; increase steps"
+            )
+    mech = member.mechanism
+    param_name = "epsilon" if mech.family == "laplace" else "sigma"
+    return {
+        "member": member.index,
+        "mechanism": mech.label,
+        "family": mech.family,
+        "param_name": param_name,
+        "param": float(getattr(mech, param_name)),
+        "noise_scale": float(mech.noise_scale),
+        "adversary": member.adversary.label,
+        "adversary_index": member.adversary_index,
+        "adversary_spec": _spec_dict(member.adversary),
+        "divergence": div.label,
+        "alpha": member.alpha,
+        "learning_rate": member.learning_rate,
+        "seed": member.seed,
+        "estimate": est,
+        "lower_bound": lb,
+        "std_error": se,
+        "f_estimate": f_est,
+        "f_lower_bound": f_lb,
+        "f_std_error": f_se,
+        "confidence": config.confidence,
+        "test_samples": n,
+        "val_objective": best_value,
+        "objective": objective,
+        "finite": finite,
+        "heavy_tail_share": share,
+        "warnings": warnings,
+    }
+
+
+def _batch_rows(
+    batch: TrainedBatch, plan: _Plan, moments: np.ndarray, n: int
+) -> list[dict[str, Any]]:
+    best = _to_host(batch.output.best_value)
+    finite = _to_host(batch.output.finite)
+    curves = _to_host(batch.output.val_curve)
+    return [
+        _row(
+            plan.members[i],
+            moments[j],
+            n,
+            best_value=float(best[j]),
+            finite=bool(finite[j]),
+            val_curve=curves[j],
+            plan=plan,
+            objective=batch.static.objective,
+        )
+        for j, i in enumerate(batch.members[: batch.n_real])
+    ]
+
+
+def _check_max_batch(max_batch: int) -> int:
+    return check_int_at_least("max_batch", max_batch, 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------------------------------
+
+
+def train_sweep(
+    key: jax.Array,
+    mechanisms: Any,
+    *,
+    adversaries: AdversarySpec | str | Sequence[AdversarySpec | str] = "linear",
+    divergence: str = "kl",
+    alphas: float | Sequence[float] | None = None,
+    seeds: int | Sequence[int] = 1,
+    learning_rates: Sequence[float] | None = None,
+    convention: str = "abs",
+    config: SweepConfig = SweepConfig(),
+    max_batch: int = 256,
+    devices: Sequence[Any] | None = None,
+    **adversary_options: Any,
+) -> SweepTraining:
+    """Trains every member of the grid, a batch of same-shape adversaries per compiled call.
+
+    Args:
+      key: A typed PRNG key (see the module docstring for how member keys derive from it).
+      mechanisms: A :class:`~cbdp_jax.mechanisms.LaplaceMechanism` or
+        :class:`~cbdp_jax.mechanisms.GaussianMechanism` (no query), or a sequence of them (e.g. a grid of
+        epsilons or sigmas). Both families share one program; different dimensions form separate
+        groups.
+      adversaries: Classes: ``AdversarySpec`` objects or names (completed by ``adversary_options``).
+        Classes of one shape share a compiled program; others form separate groups.
+      divergence: ``'kl'``, ``'renyi'`` or ``'alpha'``.
+      alphas: The orders for ``'renyi'`` / ``'alpha'`` (None for KL).
+      seeds: A number of seeds (``range(seeds)``) or the seeds themselves.
+      learning_rates: A grid of Adam step sizes (default ``(config.learning_rate,)``).
+      convention: The alpha family's conjugate convention (``'abs'`` or ``'nonneg'``).
+      config: Training and evaluation settings.
+      max_batch: Most members per compiled call (rounded up to a multiple of the device count).
+      devices: Devices of the member mesh (default: ``jax.devices()``, all processes' devices).
+      **adversary_options: Fields of :class:`AdversarySpec` for classes given by name.
+
+    Returns:
+      A :class:`SweepTraining` (parameters stay on the devices, sharded along the member axis).
+
+    Raises:
+      InvalidParameterError: For an unsupported mechanism or divergence, bad grids or sizes.
+
+    """
+    t0 = time.perf_counter()
+    _check_max_batch(max_batch)
+    plan = _plan(
+        key,
+        mechanisms,
+        adversaries=adversaries,
+        divergence=divergence,
+        alphas=alphas,
+        seeds=seeds,
+        learning_rates=learning_rates,
+        convention=convention,
+        config=config,
+        adversary_options=adversary_options,
+    )
+    devs, _ = _mesh(devices)
+    batches = tuple(_train_batches(plan, key, max_batch=max_batch, devices=devs))
+    jax.block_until_ready([b.output for b in batches])
+    return SweepTraining(
+        plan.members,
+        batches,
+        divergence,
+        convention,
+        config,
+        devs,
+        time.perf_counter() - t0,
+    )
+
+
+def evaluate_sweep(
+    key: jax.Array, training: SweepTraining, *, test_samples: int | None = None
+) -> list[dict[str, Any]]:
+    """Held-out estimates of every trained member on fresh test samples (key ``fold_in(key, seed)``).
+
+    Args:
+      key: A typed PRNG key, independent of the training key.
+      training: The output of :func:`train_sweep`.
+      test_samples: Held-out samples per side per member (default ``training.config.test_samples``).
+
+    Returns:
+      The result table: one dict per member, in sweep order (see :func:`estimate_sweep`).
+
+    """
+    _check_key(key)
+    config = training.config
+    n = check_int_at_least(
+        "test_samples", config.test_samples if test_samples is None else test_samples, 2
+    )
+    plan = _Plan(
+        training.members,
+        (),
+        training.divergence,
+        training.convention,
+        config,
+        str(jax.random.key_impl(key)),
+    )
+    _, sharding = _mesh(training.devices)
+    rows: list[dict[str, Any]] = []
+    for batch in training.batches:
+        moments = _evaluate_batch(batch, plan, key, n, config.eval_chunk, sharding)
+        rows.extend(_batch_rows(batch, plan, moments, n))
+    return sorted(rows, key=lambda r: r["member"])
+
+
+def estimate_sweep(
+    key: jax.Array,
+    mechanisms: Any,
+    *,
+    adversaries: AdversarySpec | str | Sequence[AdversarySpec | str] = "linear",
+    divergence: str = "kl",
+    alphas: float | Sequence[float] | None = None,
+    seeds: int | Sequence[int] = 1,
+    learning_rates: Sequence[float] | None = None,
+    convention: str = "abs",
+    config: SweepConfig = SweepConfig(),
+    max_batch: int = 256,
+    devices: Sequence[Any] | None = None,
+    **adversary_options: Any,
+) -> list[dict[str, Any]]:
+    """Trains and evaluates every member of the grid; memory is bounded by one batch.
+
+    Equal to ``evaluate_sweep(k_test, train_sweep(k_train, ...))`` with ``k_train, k_test =
+    jax.random.split(key)``, but each batch is evaluated and dropped before the next is trained.
+
+    Args:
+      key: A typed PRNG key (``jax.random.key(seed)``).
+      mechanisms: See :func:`train_sweep`.
+      adversaries: See :func:`train_sweep`.
+      divergence: ``'kl'``, ``'renyi'`` or ``'alpha'``.
+      alphas: The orders (None for KL).
+      seeds: A number of seeds or the seeds themselves.
+      learning_rates: A grid of Adam step sizes.
+      convention: The alpha family's conjugate convention.
+      config: Training and evaluation settings.
+      max_batch: Most members per compiled call (rounded up to a multiple of the device count).
+      devices: Devices of the member mesh (default ``jax.devices()``).
+      **adversary_options: Fields of :class:`AdversarySpec` for classes given by name.
+
+    Returns:
+      One dict per member, in sweep order, with the member's parameters (``mechanism``, ``family``,
+      ``param_name`` / ``param`` (epsilon or sigma), ``noise_scale``, ``adversary``, ``divergence``,
+      ``alpha``, ``learning_rate``, ``seed``), the held-out ``estimate``, one-sided ``lower_bound`` and
+      ``std_error`` on the reported scale (``f_*`` on the f-divergence scale), ``val_objective`` (the
+      best validation value of the training objective, for choosing among seeds with
+      :func:`select_best`), ``finite``, ``heavy_tail_share`` and ``warnings``.
+
+    Raises:
+      InvalidParameterError: For an unsupported mechanism or divergence, bad grids or sizes.
+
+    Examples:
+      >>> import jax
+      >>> from cbdp_jax.mechanisms import LaplaceMechanism
+      >>> cfg = SweepConfig(steps=300, batch_size=1024, test_samples=20_000)
+      >>> rows = estimate_sweep(jax.random.key(0), [LaplaceMechanism(epsilon=e) for e in (0.5, 1.0)],
+      ...                       adversaries="linear", divergence="renyi", alphas=(2.0, 4.0), config=cfg)
+      >>> len(rows), rows[0]["param"], rows[0]["alpha"]
+      (4, 0.5, 2.0)
+
+    """
+    _check_max_batch(max_batch)
+    k_train, k_test = jax.random.split(_check_key(key))
+    plan = _plan(
+        k_train,
+        mechanisms,
+        adversaries=adversaries,
+        divergence=divergence,
+        alphas=alphas,
+        seeds=seeds,
+        learning_rates=learning_rates,
+        convention=convention,
+        config=config,
+        adversary_options=adversary_options,
+    )
+    devs, sharding = _mesh(devices)
+    rows: list[dict[str, Any]] = []
+    for batch in _train_batches(plan, k_train, max_batch=max_batch, devices=devs):
+        n = config.test_samples
+        moments = _evaluate_batch(batch, plan, k_test, n, config.eval_chunk, sharding)
+        rows.extend(_batch_rows(batch, plan, moments, n))
+    return sorted(rows, key=lambda r: r["member"])
+
+
+_IDENTITY = ("mechanism", "adversary_index", "divergence", "alpha", "learning_rate")
+
+
+def select_best(
+    rows: Sequence[dict[str, Any]], by: Sequence[str] = _IDENTITY
+) -> list[dict[str, Any]]:
+    """For each grid point, the row with the best validation objective.
+
+    Grid points are told apart by the fields ``by`` (all but the seed by default). The choice uses
+    validation samples only, which are independent of each member's test samples, so the selected
+    row's held-out estimate and bound stay honest (MATH.md section 9).
+    """
+    best: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        k = tuple(row[f] for f in by)
+        if k not in best or row["val_objective"] > best[k]["val_objective"]:
+            best[k] = row
+    return list(best.values())

@@ -1,0 +1,25 @@
+"""Sweeps of many adversaries in one compiled program, sharded over devices (public API)."""
+
+from cbdp_jax._src.sweep import TRACE_COUNT as TRACE_COUNT
+from cbdp_jax._src.sweep import Member as Member
+from cbdp_jax._src.sweep import SweepConfig as SweepConfig
+from cbdp_jax._src.sweep import SweepTraining as SweepTraining
+from cbdp_jax._src.sweep import alpha_conjugate_array as alpha_conjugate_array
+from cbdp_jax._src.sweep import alpha_optimal_scale_array as alpha_optimal_scale_array
+from cbdp_jax._src.sweep import estimate_sweep as estimate_sweep
+from cbdp_jax._src.sweep import evaluate_sweep as evaluate_sweep
+from cbdp_jax._src.sweep import select_best as select_best
+from cbdp_jax._src.sweep import train_sweep as train_sweep
+
+__all__ = [
+    "TRACE_COUNT",
+    "Member",
+    "SweepConfig",
+    "SweepTraining",
+    "alpha_conjugate_array",
+    "alpha_optimal_scale_array",
+    "estimate_sweep",
+    "evaluate_sweep",
+    "select_best",
+    "train_sweep",
+]

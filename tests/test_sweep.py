@@ -1,0 +1,212 @@
+"""Sweeps: correctness against exact values, no recompilation, batch-independence, device sharding."""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from cbdp_jax import analytic
+from cbdp_jax.adversaries import AdversarySpec
+from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, make_mechanism
+from cbdp_jax.sweep import (
+    TRACE_COUNT,
+    SweepConfig,
+    alpha_conjugate_array,
+    alpha_optimal_scale_array,
+    estimate_sweep,
+    evaluate_sweep,
+    select_best,
+    train_sweep,
+)
+
+# Exact (lin, Renyi) for Laplace eps = 1 (MATH.md section 6, independent quadrature, two methods):
+# alpha = 2: log 1.5; alpha = 4: 0.410577.
+LAPLACE_LIN_RENYI = {2.0: math.log(1.5), 4.0: 0.410577}
+
+SMALL = SweepConfig(
+    steps=100, eval_every=50, batch_size=256, val_samples=1024, test_samples=3000, eval_chunk=1000
+)
+
+
+def _check_against_exact(row, exact, shortfall):
+    # The held-out estimate is an unbiased estimate of the plain f-form of ONE fixed trained h, and that
+    # value is <= the exact restricted divergence (h is a member of the class). So
+    #   estimate - exact = (Monte Carlo error, sd = SE) - (optimisation shortfall >= 0).
+    # Above the exact value only Monte Carlo error can push it: 4 SE is a false-failure rate of 3e-5.
+    # Below, the shortfall of a short training run adds to the noise: `shortfall` bounds it (linear
+    # classes, 1500 Adam steps of 2048 fresh samples per side reach the optimum to ~1e-3).
+    est, se = row["estimate"], row["std_error"]
+    assert math.isfinite(est) and 0 < se < 0.02, row
+    assert est <= exact + 4 * se, (row, exact)
+    assert est >= exact - 4 * se - shortfall, (row, exact)
+    assert 0.0 <= row["lower_bound"] < est
+    assert row["finite"]
+
+
+def test_linear_sweep_matches_exact_kl_and_renyi():
+    config = SweepConfig(steps=1500, eval_every=100, batch_size=2048, test_samples=200_000)
+    mechs = [LaplaceMechanism(epsilon=1.0), GaussianMechanism(sigma=1.0)]
+    before = TRACE_COUNT["train"]
+    kl = estimate_sweep(jax.random.key(0), mechs, adversaries="linear", config=config)
+    # Laplace and Gaussian members share one program (the family is a traced flag).
+    assert TRACE_COUNT["train"] - before <= 1
+    exact_kl = {"laplace": analytic.laplace_lin_kl(1.0), "gaussian": analytic.gaussian_lin_kl(1.0)}
+    assert [r["family"] for r in kl] == ["laplace", "gaussian"]
+    for row in kl:
+        assert row["objective"] == "dv" and row["alpha"] is None
+        _check_against_exact(row, exact_kl[row["family"]], shortfall=0.01)
+
+    renyi = estimate_sweep(
+        jax.random.key(1),
+        LaplaceMechanism(epsilon=1.0),
+        adversaries="linear",
+        divergence="renyi",
+        alphas=(2.0, 4.0),
+        config=config,
+    )
+    assert [r["alpha"] for r in renyi] == [2.0, 4.0]
+    for row in renyi:
+        assert row["objective"] == "renyi_scale_free"
+        assert row["divergence"] == f"Renyi(alpha={row['alpha']:g})"
+        _check_against_exact(row, LAPLACE_LIN_RENYI[row["alpha"]], shortfall=0.01)
+
+
+def test_array_alpha_functions_match_the_float_versions():
+    from cbdp_jax.divergences import alpha_optimal_scale, get_divergence
+
+    s = np.linspace(-3.0, 3.0, 13)
+    h_p = np.linspace(0.1, 2.0, 7)
+    h_q = np.linspace(-1.0, 1.5, 9)
+    for alpha in (1.5, 2.0, 4.0, 9.0):
+        for conv in ("abs", "nonneg"):
+            want = get_divergence("alpha", alpha=alpha, convention=conv).conjugate(s)
+            got = alpha_conjugate_array(s, np.float64(alpha), conv)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+        np.testing.assert_allclose(
+            alpha_optimal_scale_array(h_p, h_q, np.float64(alpha)),
+            alpha_optimal_scale(h_p, h_q, alpha),
+            rtol=1e-12,
+        )
+
+
+def test_second_call_with_same_shapes_does_not_recompile_and_batches_do_not_change_results():
+    mechs = [LaplaceMechanism(epsilon=e) for e in (0.5, 1.0, 2.0)]
+    # Two classes of one shape (random features differing only in bandwidth) share one program.
+    specs = [AdversarySpec(name="rff", features=8, bandwidth=b) for b in (0.5, 2.0)]
+    kwargs = dict(adversaries=specs, divergence="renyi", alphas=(2.0, 4.0), config=SMALL)
+    before = dict(TRACE_COUNT)
+    chunked = estimate_sweep(jax.random.key(3), mechs, max_batch=5, **kwargs)  # 12 members: 5+5+2
+    assert len(chunked) == 12
+    # Three batches of one padded shape: one trace of each program.
+    assert TRACE_COUNT["train"] == before["train"] + 1
+    assert TRACE_COUNT["evaluate"] == before["evaluate"] + 1
+    traced = dict(TRACE_COUNT)
+    # Same shapes, different values (mechanism parameters, alphas, key): nothing is traced again.
+    other = [LaplaceMechanism(epsilon=e) for e in (0.3, 0.7, 3.0)]
+    estimate_sweep(jax.random.key(4), other, max_batch=5, **{**kwargs, "alphas": (1.5, 8.0)})
+    assert TRACE_COUNT == traced
+
+    # One big batch gives the same numbers: a member's keys and samples do not depend on the batch.
+    whole = estimate_sweep(jax.random.key(3), mechs, max_batch=12, **kwargs)
+    for a, b in zip(chunked, whole, strict=True):
+        assert (a["param"], a["alpha"], a["adversary_index"]) == (
+            b["param"],
+            b["alpha"],
+            b["adversary_index"],
+        )
+        np.testing.assert_allclose(a["estimate"], b["estimate"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a["std_error"], b["std_error"], rtol=1e-4)
+
+
+def test_train_then_evaluate_equals_estimate_and_select_best_uses_validation():
+    mech = LaplaceMechanism(epsilon=1.0)
+    config = dataclasses.replace(SMALL, shared_noise=False)  # every member draws its own noise
+    rows = estimate_sweep(jax.random.key(5), mech, adversaries="linear", seeds=3, config=config)
+    k_train, k_test = jax.random.split(jax.random.key(5))
+    training = train_sweep(k_train, mech, adversaries="linear", seeds=3, config=config)
+    again = evaluate_sweep(k_test, training)
+    np.testing.assert_allclose(
+        [r["estimate"] for r in rows], [r["estimate"] for r in again], rtol=1e-6
+    )
+    np.testing.assert_allclose(training.best_values(), [r["val_objective"] for r in rows])
+    (best,) = select_best(rows)
+    assert best["val_objective"] == max(r["val_objective"] for r in rows)
+    h = training.function(best["member"])
+    assert h(np.zeros((4, 1), np.float32)).shape == (4,)
+
+
+def test_invalid_sweeps_are_rejected():
+    from cbdp_jax import InvalidParameterError
+
+    key = jax.random.key(0)
+    mech = LaplaceMechanism(epsilon=1.0)
+    with pytest.raises(InvalidParameterError, match="alphas"):
+        estimate_sweep(key, mech, divergence="renyi")
+    with pytest.raises(InvalidParameterError, match="alphas"):
+        estimate_sweep(key, mech, divergence="kl", alphas=(2.0,))
+    with pytest.raises(InvalidParameterError, match="divergence"):
+        estimate_sweep(key, mech, divergence="tv")
+    with pytest.raises(InvalidParameterError, match="mechanisms"):
+        estimate_sweep(key, make_mechanism("randomized_response", epsilon=1.0, k=2))
+    with pytest.raises(InvalidParameterError, match="max_batch"):
+        estimate_sweep(key, mech, max_batch=0)
+
+
+_SHARDED = textwrap.dedent(
+    """
+    import json, jax
+    from cbdp_jax.mechanisms import LaplaceMechanism
+    from cbdp_jax.sweep import SweepConfig, evaluate_sweep, train_sweep
+
+    cfg = SweepConfig(steps=100, eval_every=50, batch_size=256, val_samples=1024,
+                      test_samples=3000, eval_chunk=1000)
+    mechs = [LaplaceMechanism(epsilon=e) for e in (0.5, 1.0, 2.0)]
+
+    def run(devices):
+        training = train_sweep(jax.random.key(0), mechs, adversaries="relu2", width=8,
+                               divergence="renyi", alphas=(2.0, 4.0), config=cfg, devices=devices)
+        rows = evaluate_sweep(jax.random.key(1), training)
+        return training, [r["estimate"] for r in rows]
+
+    many, est_many = run(jax.devices())
+    one, est_one = run(jax.devices()[:1])
+    leaf = jax.tree.leaves(many.batches[0].output.params)[0]
+    print(json.dumps({
+        "devices": len(jax.devices()),
+        "device_set": len(leaf.sharding.device_set),
+        "spec_ok": leaf.sharding.spec == jax.sharding.PartitionSpec("members"),
+        "shards": [list(s.data.shape) for s in leaf.addressable_shards],
+        "shape": list(leaf.shape),
+        "one_device_set": len(jax.tree.leaves(one.batches[0].output.params)[0].sharding.device_set),
+        "est_many": est_many, "est_one": est_one,
+        "val_many": many.best_values().tolist(), "val_one": one.best_values().tolist(),
+    }))
+    """
+)
+
+
+def test_sweep_shards_members_over_four_devices_and_matches_one_device():
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 4
+    # 6 members padded to 8, two per device along the member axis.
+    assert out["device_set"] == 4 and out["spec_ok"]
+    assert out["shape"][0] == 8 and out["shards"] == [[2] + out["shape"][1:]] * 4
+    assert out["one_device_set"] == 1
+    np.testing.assert_allclose(out["est_many"], out["est_one"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["val_many"], out["val_one"], rtol=1e-5, atol=1e-6)

@@ -29,6 +29,8 @@ from cbdp_jax._src.evaluation import (
     array_chunks,
     evaluate_fixed,
     point_mass_reason,
+    summarize,
+    to_reported,
     z_quantile,
 )
 from cbdp_jax._src.io import environment_info, to_json
@@ -51,7 +53,6 @@ from cbdp_jax._src.validation import (
 )
 
 DTYPES = ("float32", "float64")
-HEAVY_TAIL_SHARE = 0.05
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,6 +141,9 @@ class EstimateResult:
       objective: The training objective (``'dv'``, ``'renyi_scale_free'``, ``'fform'``).
       curves: Validation and training objective per evaluation block of the selected member.
       warnings: Human-readable warnings (convergence, heavy tails, gaps, restarts).
+      bound_reliable: False when one held-out sample carries over a quarter of the variance of f*(h):
+        the CLT bound is then meaningless and ``lower_bound`` is the trivial bound 0.
+      heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h).
       unbounded: True when the divergence is +inf (then ``estimate`` and ``lower_bound`` are inf).
       reason: Why the result is unbounded, if it is.
       restarts: Training restarts after divergence.
@@ -168,6 +172,8 @@ class EstimateResult:
     objective: str
     curves: dict[str, list[float]]
     warnings: tuple[str, ...]
+    bound_reliable: bool = True
+    heavy_tail_share: float = 0.0
     unbounded: bool = False
     reason: str | None = None
     restarts: int = 0
@@ -215,22 +221,6 @@ def _check_key(key: Any) -> jax.Array:
             "key is invalid: must be a typed PRNG key from jax.random.key(seed) (first argument)"
         )
     return key
-
-
-def _renyi_slope(div, f_value: float) -> float:
-    if div.name != "renyi":
-        return 1.0
-    a = div.alpha
-    denom = 1.0 + a * (a - 1.0) * f_value
-    return a / denom if denom > 0 else math.inf
-
-
-def _to_reported(div, value: float) -> float:
-    if value == math.inf:
-        return math.inf
-    if value == -math.inf:
-        return -math.inf
-    return float(div.to_reported(value))
 
 
 class _Problem:
@@ -338,51 +328,18 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
     insample = evaluate(
         array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk)
     )
-    overflow = not (math.isfinite(held.p.mean) and math.isfinite(held.p.m2))
-    if overflow:
-        warnings.append(
-            "the adversary's outputs overflowed (non-finite) on held-out samples: no estimate; "
-            "retry with dtype='float64' or a smaller learning rate"
-        )
-    f_est = held.estimate if math.isfinite(held.q.mean) and not overflow else -math.inf
-    f_se = held.std_error if math.isfinite(f_est) else math.inf
-    f_lb = f_est - z * f_se if math.isfinite(f_est) else -math.inf
-    est = _to_reported(div, f_est)
-    lb = _to_reported(div, f_lb)
-    se = f_se * _renyi_slope(div, f_est) if math.isfinite(f_se) else math.inf
-    if prob.spec.contains_constants:
-        lb = max(lb, 0.0)
-
-    # Diagnostics.
+    val_curve = np.asarray(out.trace.val_value)[:, member]
     if div.conjugate_sup < math.inf and prob.spec.bound is None:
         warnings.append(
             f"{div.label}: f* is +inf above {div.conjugate_sup:.4g}, so an unbounded class is degenerate "
             "(MATH.md section 6); use a bounded class (bound=B with B below that level)"
         )
-    if not math.isfinite(f_est) and not overflow:
-        warnings.append("the trained adversary leaves the conjugate's domain on held-out samples")
-    share = held.heavy_tail_share()
-    if share > HEAVY_TAIL_SHARE:
-        warnings.append(
-            f"heavy tail: one held-out sample carries {share:.0%} of the variance of f*(h) under Q; the "
-            "standard error may be underestimated and the bound optimistic (MATH.md section 9)"
-        )
-    n_min = min(prob.n_test)
-    if math.isfinite(f_est) and est > math.log(n_min):
-        warnings.append(
-            f"estimate {est:.3g} exceeds log(n_test) = {math.log(n_min):.3g}: divergences this large "
-            "cannot be certified from this many samples (MATH.md section 9)"
-        )
-    val_curve = np.asarray(out.trace.val_value)[:, member]
+    summary = summarize(
+        div, held, z=z, contains_constants=prob.spec.contains_constants, val_curve=val_curve
+    )
+    warnings.extend(summary.pop("warnings"))
+    f_est, f_se = summary["f_estimate"], summary["f_std_error"]
     blocks = len(val_curve)
-    if blocks >= 4 and math.isfinite(f_se):
-        tail = max(blocks // 4, 1)
-        gain = val_curve[-1] - val_curve[-1 - tail]
-        if np.argmax(val_curve) >= blocks - max(blocks // 10, 1) and gain > max(f_se, 1e-3):
-            warnings.append(
-                f"not converged: validation objective still rose by {gain:.3g} over the last {tail} "
-                "evaluation blocks; increase steps"
-            )
     gap = insample.estimate - f_est
     if math.isfinite(gap) and gap > 3.0 * f_se + 0.01 * abs(f_est) + 1e-3:
         warnings.append(
@@ -395,13 +352,8 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
         "train_objective": [float(v) for v in np.asarray(out.trace.train_value)[:, member]],
     }
     return {
-        "estimate": est,
-        "lower_bound": lb,
-        "std_error": se,
-        "f_estimate": f_est,
-        "f_lower_bound": f_lb,
-        "f_std_error": f_se,
-        "train_value": float(_to_reported(div, insample.estimate)),
+        **summary,
+        "train_value": float(to_reported(div, insample.estimate)),
         "objective": objective.kind,
         "curves": curves,
         "warnings": tuple(warnings),
@@ -489,7 +441,9 @@ def _run_bonferroni(fields: dict[str, Any], prob: _Problem, delta: float) -> flo
     f_est, f_se = fields["f_estimate"], fields["f_std_error"]
     if not math.isfinite(f_est):
         return f_est
-    lb = _to_reported(div, f_est - z_quantile(1.0 - delta / 2.0) * f_se)
+    if not fields["bound_reliable"]:
+        return 0.0 if prob.spec.contains_constants else -math.inf
+    lb = to_reported(div, f_est - z_quantile(1.0 - delta / 2.0) * f_se)
     return max(lb, 0.0) if prob.spec.contains_constants else lb
 
 

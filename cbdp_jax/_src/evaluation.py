@@ -165,3 +165,107 @@ def point_mass_reason(p: np.ndarray, q: np.ndarray) -> str | None:
         "mutually singular (a non-private release), so the divergence is +inf for any class containing "
         "linear functions (paper Lemma 2)"
     )
+
+
+HEAVY_TAIL_SHARE = 0.05
+UNRELIABLE_SHARE = 0.25
+
+
+def renyi_slope(div, f_value: float) -> float:
+    """d(reported)/d(f-value): the delta-method factor for the Renyi map (1 for other divergences)."""
+    if div.name != "renyi":
+        return 1.0
+    a = div.alpha
+    denom = 1.0 + a * (a - 1.0) * f_value
+    return a / denom if denom > 0 else math.inf
+
+
+def to_reported(div, value: float) -> float:
+    """Maps an f-scale value to the reported scale, passing +-inf through."""
+    if math.isinf(value):
+        return value
+    return float(div.to_reported(value))
+
+
+def summarize(
+    div,
+    held: HeldOut,
+    *,
+    z: float,
+    contains_constants: bool,
+    val_curve: np.ndarray | None = None,
+) -> dict:
+    """Turns held-out moments into the reported numbers and the warnings they call for.
+
+    Args:
+      div: The divergence.
+      held: Held-out moments of the fixed function's two f-form terms.
+      z: The normal quantile of the one-sided bound.
+      contains_constants: Whether H contains constants (then D^H >= 0 and the bound is clamped at 0).
+      val_curve: The selected adversary's validation objective per block (convergence check).
+
+    Returns:
+      A dict with ``estimate``, ``lower_bound``, ``std_error`` (reported scale), ``f_estimate``,
+      ``f_lower_bound``, ``f_std_error``, ``bound_reliable``, ``heavy_tail_share`` and ``warnings``.
+      When one held-out sample carries more than ``UNRELIABLE_SHARE`` of the variance of f*(h), the CLT
+      bound is meaningless: ``bound_reliable`` is False and ``lower_bound`` falls back to the trivial
+      bound (0 when H contains constants, else -inf), so no number that looks fine is reported.
+
+    """
+    warnings: list[str] = []
+    overflow = not (math.isfinite(held.p.mean) and math.isfinite(held.p.m2))
+    if overflow:
+        warnings.append(
+            "the adversary's outputs overflowed (non-finite) on held-out samples: no estimate; "
+            "retry with dtype='float64' or a smaller learning rate"
+        )
+    f_est = held.estimate if math.isfinite(held.q.mean) and not overflow else -math.inf
+    if not math.isfinite(f_est) and not overflow:
+        warnings.append("the trained adversary leaves the conjugate's domain on held-out samples")
+    f_se = held.std_error if math.isfinite(f_est) else math.inf
+    f_lb = f_est - z * f_se if math.isfinite(f_est) else -math.inf
+    est, lb = to_reported(div, f_est), to_reported(div, f_lb)
+    se = f_se * renyi_slope(div, f_est) if math.isfinite(f_se) else math.inf
+    share = held.heavy_tail_share() if math.isfinite(f_est) else 0.0
+    reliable = share <= UNRELIABLE_SHARE
+    if share > HEAVY_TAIL_SHARE:
+        warnings.append(
+            f"heavy tail: one held-out sample carries {share:.0%} of the variance of f*(h) under Q; "
+            + (
+                "the standard error may be underestimated and the bound optimistic"
+                if reliable
+                else "the variance estimate is unusable, so the confidence bound is replaced by the "
+                "trivial bound"
+            )
+            + " (MATH.md section 9)"
+        )
+    if not reliable:
+        lb = -math.inf
+    if contains_constants:
+        lb = max(lb, 0.0)
+    n_min = min(held.p.n, held.q.n)
+    if math.isfinite(est) and est > math.log(n_min):
+        warnings.append(
+            f"estimate {est:.3g} exceeds log(n_test) = {math.log(n_min):.3g}: divergences this large "
+            "cannot be certified from this many samples (MATH.md section 9)"
+        )
+    if val_curve is not None and len(val_curve) >= 4 and math.isfinite(f_se):
+        blocks = len(val_curve)
+        tail = max(blocks // 4, 1)
+        gain = float(val_curve[-1] - val_curve[-1 - tail])
+        if np.argmax(val_curve) >= blocks - max(blocks // 10, 1) and gain > max(f_se, 1e-3):
+            warnings.append(
+                f"not converged: validation objective still rose by {gain:.3g} over the last {tail} "
+                "evaluation blocks; increase steps"
+            )
+    return {
+        "estimate": est,
+        "lower_bound": lb,
+        "std_error": se,
+        "f_estimate": f_est,
+        "f_lower_bound": f_lb,
+        "f_std_error": f_se,
+        "bound_reliable": reliable,
+        "heavy_tail_share": share,
+        "warnings": warnings,
+    }

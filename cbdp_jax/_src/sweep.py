@@ -54,7 +54,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -74,14 +73,8 @@ from cbdp_jax._src.divergences import (
     get_divergence,
     kl_optimal_shift,
 )
-from cbdp_jax._src.estimator import (
-    HEAVY_TAIL_SHARE,
-    _check_key,
-    _renyi_slope,
-    _spec_dict,
-    _to_reported,
-)
-from cbdp_jax._src.evaluation import HeldOut, Moments, z_quantile
+from cbdp_jax._src.estimator import _check_key, _spec_dict
+from cbdp_jax._src.evaluation import HeldOut, Moments, summarize, z_quantile
 from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from cbdp_jax._src.objectives import choose_objective
 from cbdp_jax._src.training import _all_finite, _select, apply_fn
@@ -885,42 +878,17 @@ def _row(
     held = HeldOut(
         Moments(n, *(float(x) for x in moments[0])), Moments(n, *(float(x) for x in moments[1]))
     )
-    f_est = (
-        held.estimate if math.isfinite(held.q.mean) and math.isfinite(held.p.mean) else -math.inf
-    )
-    f_se = held.std_error if math.isfinite(f_est) else math.inf
     delta = 1.0 - config.confidence
-    f_lb = f_est - z_quantile(1.0 - delta) * f_se if math.isfinite(f_est) else -math.inf
-    est = _to_reported(div, f_est)
-    lb = _to_reported(div, f_lb)
-    se = f_se * _renyi_slope(div, f_est) if math.isfinite(f_se) else math.inf
-    if member.adversary.contains_constants:
-        lb = max(lb, 0.0)
-    warnings = []
+    summary = summarize(
+        div,
+        held,
+        z=z_quantile(1.0 - delta),
+        contains_constants=member.adversary.contains_constants,
+        val_curve=val_curve,
+    )
+    warnings = summary.pop("warnings")
     if not finite:
-        warnings.append("training diverged (NaN or inf); lower the learning rate")
-    if not math.isfinite(f_est):
-        warnings.append("the trained adversary leaves the conjugate's domain on held-out samples")
-    share = held.heavy_tail_share() if math.isfinite(f_est) else 1.0
-    if share > HEAVY_TAIL_SHARE:
-        warnings.append(
-            f"heavy tail: one held-out sample carries {share:.0%} of the variance of f*(h) under Q; the "
-            "standard error may be underestimated and the bound optimistic (MATH.md section 9)"
-        )
-    if math.isfinite(est) and est > math.log(n):
-        warnings.append(
-            f"estimate {est:.3g} exceeds log(n_test) = {math.log(n):.3g}: divergences this large "
-            "cannot be certified from this many samples (MATH.md section 9)"
-        )
-    blocks = len(val_curve)
-    if blocks >= 4 and math.isfinite(f_se):
-        tail = max(blocks // 4, 1)
-        gain = val_curve[-1] - val_curve[-1 - tail]
-        if np.argmax(val_curve) >= blocks - max(blocks // 10, 1) and gain > max(f_se, 1e-3):
-            warnings.append(
-                f"not converged: validation objective still rose by {gain:.3g} over the last {tail} "
-                "evaluation blocks; increase steps"
-            )
+        warnings.insert(0, "training diverged (NaN or inf); lower the learning rate")
     mech = member.mechanism
     param_name = "epsilon" if mech.family == "laplace" else "sigma"
     return {
@@ -937,18 +905,12 @@ def _row(
         "alpha": member.alpha,
         "learning_rate": member.learning_rate,
         "seed": member.seed,
-        "estimate": est,
-        "lower_bound": lb,
-        "std_error": se,
-        "f_estimate": f_est,
-        "f_lower_bound": f_lb,
-        "f_std_error": f_se,
+        **summary,
         "confidence": config.confidence,
         "test_samples": n,
         "val_objective": best_value,
         "objective": objective,
         "finite": finite,
-        "heavy_tail_share": share,
         "warnings": warnings,
     }
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice
+from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
 
 app = typer.Typer(
     add_completion=False,
@@ -151,6 +151,19 @@ def _make_mechanism(mechanism: str, epsilon, sigma, sensitivity, k: int):
     from cbdp_jax.mechanisms import make_mechanism
 
     check_choice("mechanism", mechanism, ESTIMATE_MECHANISMS)
+    takes = {
+        "laplace": ("epsilon", "sensitivity"),
+        "gaussian": ("sigma", "sensitivity"),
+        "randomized_response": ("epsilon", "k"),
+        "nonprivate": ("sensitivity",),
+    }[mechanism]
+    given = {"epsilon": epsilon, "sigma": sigma, "sensitivity": sensitivity, "k": k}
+    for option, value in given.items():
+        if value is not None and option not in takes:
+            raise InvalidParameterError(
+                f"{option}={value!r} is invalid for mechanism {mechanism!r}: it takes "
+                + ", ".join(f"--{t}" for t in takes)
+            )
     params: dict[str, Any] = {}
     if mechanism in ("laplace", "randomized_response"):
         params["epsilon"] = 1.0 if epsilon is None else epsilon
@@ -159,9 +172,12 @@ def _make_mechanism(mechanism: str, epsilon, sigma, sensitivity, k: int):
     if mechanism in ("laplace", "gaussian") and sensitivity is not None:
         params["sensitivity"] = sensitivity
     if mechanism == "randomized_response":
-        params["k"] = k
+        params["k"] = 2 if k is None else k
     if mechanism == "nonprivate":
-        params["dim"] = 1 if sensitivity is None else len(sensitivity)
+        if sensitivity is None:
+            params["dim"] = 1
+        else:
+            params["sensitivity"] = sensitivity
     return make_mechanism(mechanism, **params), params
 
 
@@ -173,7 +189,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
 
     sens = args.get("sensitivity")
     mech, _ = _make_mechanism(
-        args["mechanism"], args.get("epsilon"), args.get("sigma"), sens, args.get("k", 2)
+        args["mechanism"], args.get("epsilon"), args.get("sigma"), sens, args.get("k")
     )
     options = {
         k: args[k]
@@ -276,7 +292,9 @@ def estimate_cmd(
     sensitivity: Annotated[
         str | None, typer.Option(help="per-coordinate shift, e.g. 1,0.5")
     ] = None,
-    k: Annotated[int, typer.Option(help="randomized response categories")] = 2,
+    k: Annotated[
+        int | None, typer.Option(help="randomized response categories (default 2)")
+    ] = None,
     adversary: Annotated[str, typer.Option(help="linear, poly, mlp, relu2, rff")] = "mlp",
     width: Annotated[int | None, typer.Option(help="hidden width (mlp, relu2)")] = None,
     depth: Annotated[int | None, typer.Option(help="hidden layers (mlp)")] = None,
@@ -302,6 +320,8 @@ def estimate_cmd(
 ) -> None:
     """Estimate capacity-bounded privacy by training adversaries; report a held-out lower bound."""
     check_choice("format", output_format, FORMATS)
+    if out is not None:
+        check_output_folder("out", out)
     args = {
         "mechanism": mechanism,
         "epsilon": epsilon,
@@ -367,6 +387,8 @@ def rerun_cmd(
 ) -> None:
     """Re-run an estimate exactly from its result.json; report whether the numbers are identical."""
     check_choice("format", output_format, FORMATS)
+    if out is not None:
+        check_output_folder("out", out)
     try:
         record = json.loads(Path(result_json).read_text())
         args = record["cli_args"]
@@ -403,6 +425,8 @@ def demo_cmd(
     """Capacity-bounded privacy of Laplace and Gaussian against several adversary classes."""
     from cbdp_jax._src.demo import run_demo
 
+    if out is not None:
+        check_output_folder("out", out)
     run_demo(samples=samples, steps=steps, seed=seed, out=out)
 
 
@@ -416,8 +440,10 @@ def reproduce_cmd(
     ] = False,
 ) -> None:
     """Reproduce the papers' figures, tables and theorem experiments into OUT."""
-    from cbdp_jax._src.reproduce import reproduce
+    from cbdp_jax._src.reproduce import reproduce, resolve
 
+    resolve(name)
+    check_output_folder("out", out)
     ok = reproduce(name, out, quick=quick, restart=restart)
     if not ok:
         raise typer.Exit(1)
@@ -426,7 +452,7 @@ def reproduce_cmd(
 def main() -> None:
     """Console entry point: runs the app, turning bad input into a one-line error and exit 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except InvalidParameterError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -438,7 +464,7 @@ def main() -> None:
     except typer.TyperException as exc:  # usage errors: unknown option, bad type
         typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code or 2)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -170,31 +170,26 @@ API_CASES = [
         lambda: estimate_from_samples(KEY, P1[:5], Q1[:5], adversary="linear", divergence="kl", alpha=2.0, config=TINY),
         ("alpha=2.0", "must be None", "'kl'"),
         id="estimate_from_samples-alpha-with-kl",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: estimator/get_divergence silently ignore alpha for divergences without an order (exact.restricted_divergence rejects it)"),
     ),
     pytest.param(
         lambda: get_divergence("kl", alpha=2.0),
         ("alpha=2.0", "must be None", "'kl'"),
         id="get_divergence-alpha-with-kl",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: divergences.get_divergence ignores alpha for 'kl' instead of rejecting it"),
     ),
     pytest.param(
         lambda: analytic.laplace_kl(True),
         ("epsilon=True", "real number"),
         id="analytic.laplace_kl-eps=True",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: validation.check_finite_scalar accepts bools (epsilon=True is used as 1.0), while check_int_at_least rejects them"),
     ),
     pytest.param(
         lambda: make_mechanism("laplace", epsilon=1.0, sensitivity=[-1.0]),
         ("sensitivity=(-1.0,)", ">= 0"),
         id="make_mechanism-sens-negative-message",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: make_mechanism passes a tuple of np.float64 on, so the message reads 'sensitivity=(np.float64(-1.0),)'"),
     ),
     pytest.param(
         lambda: UnitStore(_tmp_store()).run(["a", "a"], lambda u: 1),
         ("unit_ids", "unique"),
         id="UnitStore.run-duplicate-ids",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: UnitStore.run raises a plain ValueError('unit ids must be unique'), not InvalidParameterError naming unit_ids"),
     ),
 ]  # fmt: skip
 
@@ -277,43 +272,36 @@ CLI_BUGS = [
         ("estimate", "--mechanism", "gaussian", "--epsilon", "2", "--samples", "1"),
         ("epsilon", "gaussian"),
         id="estimate-gaussian-with-epsilon",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: cli._make_mechanism silently ignores --epsilon for --mechanism gaussian (cbdp exact rejects it)"),
     ),
     pytest.param(
         ("estimate", "--mechanism", "laplace", "--sigma", "2", "--samples", "1"),
         ("sigma", "laplace"),
         id="estimate-laplace-with-sigma",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: cli._make_mechanism silently ignores --sigma for --mechanism laplace (cbdp exact rejects it)"),
     ),
     pytest.param(
         ("estimate", "--mechanism", "randomized_response", "--sensitivity", "5", "--samples", "1"),
         ("sensitivity", "randomized_response"),
         id="estimate-randomized_response-with-sensitivity",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: cli._make_mechanism silently ignores --sensitivity for --mechanism randomized_response"),
     ),
     pytest.param(
         ("reproduce", "fig2a", "--quick", "--out", "{A_FILE}"),
         ("out", "{A_FILE}"),
         id="reproduce-out-is-a-file",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: cbdp reproduce --out FILE ends in a NotADirectoryError traceback from UnitStore.__init__ (exit 1), not a one-line error"),
     ),
     pytest.param(
         ("estimate", "--mechanism", "nonprivate", "--samples", "200", "--test-samples", "200", "--out", "{A_FILE}/x"),
         ("out", "{A_FILE}"),
         id="estimate-out-under-a-file",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: cbdp estimate --out FILE/x is not checked up front: the estimate runs, then io.atomic_write_bytes raises NotADirectoryError with a traceback"),
     ),
     pytest.param(
         ("estimate", "--sensitivity", "-1"),
         ("sensitivity=(-1.0,)", ">= 0"),
         id="estimate-negative-sensitivity-message",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: the message shows numpy reprs: 'sensitivity=(np.float64(-1.0),) is invalid' (make_mechanism passes np.float64 values on)"),
     ),
     pytest.param(
         ("estimate", "--mechanism", "nonprivate", "--divergence", "kl", "--alpha", "2", "--samples", "200", "--test-samples", "200", "--format", "json"),
         ("alpha=2.0", "'kl'"),
         id="estimate-kl-with-alpha",
-        marks=pytest.mark.xfail(strict=True, reason="BUG: cbdp estimate / get_divergence silently ignore --alpha for --divergence kl (cbdp exact rejects it)"),
     ),
 ]  # fmt: skip
 
@@ -412,11 +400,6 @@ def test_number_of_cli_bad_inputs():
     assert len(CLI_CASES) + len(CLI_BUGS) >= 40
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cli._make_mechanism passes only len(sensitivity) to NonPrivateRelease, dropping the "
-    "values: --sensitivity 0 (P = Q = point mass at 0, divergence 0) is reported as +inf",
-)
 def test_cli_nonprivate_keeps_the_sensitivity_values():
     proc = _cli(
         (
@@ -705,11 +688,6 @@ def test_alpha_conjugate_float32_is_not_nan_near_alpha_one():
     assert f64 == pytest.approx(ref, rel=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: divergences._alpha_conjugate computes c_a * |s|**A; in float32 c_a (1e-202 for "
-    "alpha = 1.01) underflows to 0 and |s|**101 overflows to inf for |s| > 2.4, so f* is NaN",
-)
 def test_alpha_conjugate_float32_matches_float64_near_alpha_one():
     conj = get_divergence("renyi", alpha=1.01).conjugate
     s = np.array([0.5, 3.0, 10.0])
@@ -719,11 +697,6 @@ def test_alpha_conjugate_float32_matches_float64_near_alpha_one():
     np.testing.assert_allclose(f32, f64, rtol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: float32 Renyi(alpha=1.01) held-out estimate is -inf (f* is NaN in float32, see the "
-    "conjugate test) with the misleading warning 'leaves the conjugate's domain'; float64 gives ~0.21",
-)
 def test_estimator_float32_renyi_near_alpha_one_is_finite():
     res32, _ = _run_extreme("laplace-renyi-alpha=1.01", "float32")
     assert math.isfinite(res32.estimate) and math.isfinite(res32.std_error)
@@ -782,21 +755,11 @@ def test_divergent_training_restarts_and_says_so(learning_rate):
         assert res.restarts == 1 and not all_diverged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: estimator._run copies the training objective into curves['train_objective'] "
-    "unsanitised: after divergence it is NaN (validation values are mapped to -inf)",
-)
 def test_divergent_training_leaves_no_nan_in_the_curves():
     res, _ = _run_divergent(1e6)
     assert _nan_paths(res.to_dict()) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: estimator._run's convergence check computes -inf - (-inf) on an all -inf validation "
-    "curve, emitting numpy 'RuntimeWarning: invalid value encountered in scalar subtract'",
-)
 def test_divergent_training_emits_no_runtime_warning():
     _, caught = _run_divergent(1e6)
     assert not [w for w in caught if w.startswith("RuntimeWarning")], caught
@@ -934,12 +897,6 @@ def test_cli_same_seed_gives_identical_json(cli_estimate, tmp_path):
     assert json.loads(second.stdout)["estimate"] == json.loads(cli_estimate[1].stdout)["estimate"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cli.main runs app(standalone_mode=False) and then sys.exit(0); in that mode click "
-    "returns the code of a typer.Exit(1) instead of raising it, so `cbdp rerun` exits 0 when the rerun "
-    "DIFFERS (and `cbdp reproduce` exits 0 when an experiment failed)",
-)
 def test_cli_rerun_exits_1_when_the_stored_result_differs(tmp_path):
     # The non-private release needs no training (its estimate is +inf, paper Lemma 2): a fast record.
     proc = _cli(

@@ -231,11 +231,6 @@ def test_sigkill_during_a_unit_write_leaves_no_partial_unit_and_resumes(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a SIGKILL during io.atomic_write_bytes leaves the orphan '.NAME.json.XXXX.tmp' in the "
-    "UnitStore folder, and neither UnitStore nor a resumed run removes it",
-)
 def test_sigkill_during_a_unit_write_leaves_no_tmp_file_after_resume(killed_mid_write):
     assert not list(killed_mid_write["out"].rglob("*.tmp"))
 

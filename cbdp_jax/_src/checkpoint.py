@@ -1,6 +1,6 @@
 """Resumable sweeps: each completed unit of work is checkpointed atomically.
 
-A long sweep (a capacity curve, a benchmark grid, ``cbdp reproduce all``) is a list of independent units
+One process writes a folder at a time. A long sweep (a capacity curve, a benchmark grid, ``cbdp reproduce all``) is a list of independent units
 with stable string ids. :class:`UnitStore` writes each finished unit's result as its own JSON file via a
 temporary name and a rename, so a kill at any instant leaves either the whole unit or nothing; a
 restarted sweep skips the units already on disk. Results are read back in the sweep's own order, so the
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cbdp_jax._src.io import atomic_write_json
+from cbdp_jax._src.validation import InvalidParameterError, check_output_folder
 
 
 def _file_name(unit_id: str) -> str:
@@ -42,8 +43,11 @@ class UnitStore:
     """
 
     def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = check_output_folder("folder", folder)
+        # A kill during a write can leave the temporary file of that write (never a unit file):
+        # one writer owns a folder, so any temporary file found on opening is an orphan.
+        for orphan in self.folder.glob(".*.tmp"):
+            orphan.unlink(missing_ok=True)
 
     def path(self, unit_id: str) -> Path:
         """The file holding ``unit_id``'s result."""
@@ -82,7 +86,10 @@ class UnitStore:
         """
         ids = list(unit_ids)
         if len(set(ids)) != len(ids):
-            raise ValueError("unit ids must be unique")
+            dupes = sorted({u for u in ids if ids.count(u) > 1})
+            raise InvalidParameterError(
+                f"unit_ids={dupes!r} is invalid: every unit id must be unique"
+            )
         results = []
         for uid in ids:
             cached = self.done(uid)

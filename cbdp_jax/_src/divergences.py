@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from cbdp_jax._src.validation import check_alpha, check_choice
+from cbdp_jax._src.validation import InvalidParameterError, check_alpha, check_choice
 
 DIVERGENCE_NAMES = ("kl", "renyi", "alpha", "tv", "hellinger", "chi2", "js")
 CONVENTIONS = ("abs", "nonneg")
@@ -108,12 +108,16 @@ def _alpha_f(alpha: float) -> Callable[[jax.Array], jax.Array]:
 
 def _alpha_conjugate(alpha: float, convention: str) -> Callable[[jax.Array], jax.Array]:
     big_a = alpha_exponent(alpha)
-    c_a = alpha_conjugate_constant(alpha)
+    # log C_a: C_a itself underflows float32 for alpha near 1 (1e-202 at alpha = 1.01) while |s|^A
+    # overflows, so the product is formed as exp(log C_a + A log|s|).
+    log_c_a = big_a * math.log(alpha - 1.0) - math.log(alpha)
     offset = 1.0 / (alpha * alpha - alpha)
 
     def conjugate(s: jax.Array) -> jax.Array:
         base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
-        return c_a * base**big_a + offset
+        positive = base > 0
+        safe = jnp.where(positive, base, 1.0)
+        return jnp.where(positive, jnp.exp(log_c_a + big_a * jnp.log(safe)), 0.0) + offset
 
     return conjugate
 
@@ -195,6 +199,11 @@ def get_divergence(name: str, *, alpha: float | None = None, convention: str = "
     """
     check_choice("divergence", name, DIVERGENCE_NAMES)
     check_choice("convention", convention, CONVENTIONS)
+    if name not in ("renyi", "alpha") and alpha is not None:
+        raise InvalidParameterError(
+            f"alpha={alpha!r} is invalid: must be None for divergence {name!r} (only 'renyi' and "
+            "'alpha' have an order)"
+        )
     if name in ("renyi", "alpha"):
         a = check_alpha(alpha)
         if name == "renyi":

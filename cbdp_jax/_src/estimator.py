@@ -347,9 +347,9 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
             f"(> 3 standard errors); the adversary overfits -- use more samples or a smaller class"
         )
     curves = {
-        "block_step": [(i + 1) * config.eval_every for i in range(blocks)],
-        "val_objective": [float(v) for v in val_curve],
-        "train_objective": [float(v) for v in np.asarray(out.trace.train_value)[:, member]],
+        "block_step": [(i + 1) * min(config.eval_every, config.steps) for i in range(blocks)],
+        "val_objective": _finite_or_neg_inf(val_curve),
+        "train_objective": _finite_or_neg_inf(np.asarray(out.trace.train_value)[:, member]),
     }
     return {
         **summary,
@@ -360,6 +360,11 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
         "restarts": restarts,
         "direction": direction,
     }
+
+
+def _finite_or_neg_inf(values: np.ndarray) -> list[float]:
+    """A training curve for the result: a diverged (NaN) step is reported as -inf, never NaN."""
+    return [float(v) if np.isfinite(v) else -math.inf for v in np.asarray(values, np.float64)]
 
 
 def _unbounded(reason: str, direction: str) -> dict[str, Any]:

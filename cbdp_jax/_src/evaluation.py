@@ -249,7 +249,12 @@ def summarize(
             f"estimate {est:.3g} exceeds log(n_test) = {math.log(n_min):.3g}: divergences this large "
             "cannot be certified from this many samples (MATH.md section 9)"
         )
-    if val_curve is not None and len(val_curve) >= 4 and math.isfinite(f_se):
+    if (
+        val_curve is not None
+        and len(val_curve) >= 4
+        and math.isfinite(f_se)
+        and np.all(np.isfinite(val_curve[-1 - max(len(val_curve) // 4, 1) :]))
+    ):
         blocks = len(val_curve)
         tail = max(blocks // 4, 1)
         gain = float(val_curve[-1] - val_curve[-1 - tail])

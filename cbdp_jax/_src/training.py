@@ -124,7 +124,6 @@ def _all_finite(tree) -> jax.Array:
         "graphdef",
         "objective_key",
         "optimizer",
-        "learning_rate",
         "steps",
         "eval_every",
         "batch_size",
@@ -144,7 +143,7 @@ def _train_jit(
     graphdef,
     objective_key: ObjectiveKey,
     optimizer: str,
-    learning_rate: float,
+    learning_rate: jax.Array,
     steps: int,
     eval_every: int,
     batch_size: int | None,
@@ -259,9 +258,10 @@ def train_ensemble(
       sampler: Fresh-sample mode: a hashable callable ``(key, n) -> (p [n, d], q [n, d])`` drawing a new
         minibatch from the mechanism at every step, inside the compiled loop.
       optimizer: ``'adam'`` (minibatches) or ``'lbfgs'`` (full batch; for concave problems).
-      learning_rate: Adam's step size.
+      learning_rate: Adam's step size (a traced value: changing it does not recompile).
       steps: Optimiser steps (rounded down to a multiple of ``eval_every``).
-      eval_every: Steps between validation evaluations (early stopping granularity).
+      eval_every: Steps between validation evaluations (early stopping granularity); at most
+        ``steps``.
       batch_size: Minibatch size per side; None for full batch.
       progress: Optional hashable host callback called with the block index after each evaluation
         block (progress bars); part of the compiled program's cache key.
@@ -290,9 +290,9 @@ def train_ensemble(
         graphdef=graphdef,
         objective_key=objective_key,
         optimizer=optimizer,
-        learning_rate=float(learning_rate),
+        learning_rate=jnp.asarray(learning_rate, jnp.float32),
         steps=int(steps),
-        eval_every=int(eval_every),
+        eval_every=min(int(eval_every), int(steps)),
         batch_size=batch_size,
         sampler=sampler,
         progress=progress,

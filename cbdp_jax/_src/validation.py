@@ -17,15 +17,26 @@ class InvalidParameterError(ValueError):
     """A parameter is outside its allowed range. The message names the parameter and the range."""
 
 
+def _plain(value: Any) -> Any:
+    """Numpy scalars and containers of them as plain Python values, so messages read naturally."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
 def _fail(name: str, value: Any, allowed: str, hint: str = "") -> None:
-    msg = f"{name}={value!r} is invalid: {allowed}"
+    msg = f"{name}={_plain(value)!r} is invalid: {allowed}"
     if hint:
         msg += f" ({hint})"
     raise InvalidParameterError(msg)
 
 
 def check_finite_scalar(name: str, value: Any) -> float:
-    """Returns ``value`` as a float, or raises if it is not a finite real number."""
+    """Returns ``value`` as a float, or raises if it is not a finite real number (bools rejected)."""
+    if isinstance(value, (bool, np.bool_)):
+        _fail(name, value, "must be a real number, not a boolean")
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -144,3 +155,20 @@ def check_same_dim(p: np.ndarray, q: np.ndarray, names: Sequence[str] = ("p_samp
             f"{names[0]} has dimension {p.shape[1]} but {names[1]} has dimension {q.shape[1]}: "
             "both must be samples of the same output space"
         )
+
+
+def check_output_folder(name: str, path: Any):
+    """Creates the output folder ``path`` if needed, or raises if it cannot be a folder.
+
+    Checked before any work starts, so a bad ``--out`` fails at once, not after a long run.
+    """
+    from pathlib import Path
+
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        _fail(name, str(path), "must be a folder; a file of that name (or on its path) exists")
+    except OSError as exc:
+        _fail(name, str(path), f"must be a folder that can be created ({exc.strerror})")
+    return folder

@@ -267,7 +267,7 @@ CLI_CASES = [
     (("rerun", "{NOT_A_RESULT}"), ("result_json=", "not a result.json")),
     (("reproduce", "fig9", "--out", "{TMP}"), ("experiment='fig9'", "'paper'", "'all'")),
 ]
-CLI_BUGS = [
+CLI_OPTION_CASES = [
     pytest.param(
         ("estimate", "--mechanism", "gaussian", "--epsilon", "2", "--samples", "1"),
         ("epsilon", "gaussian"),
@@ -388,7 +388,7 @@ CLI_SLOW = {
             pytest.param(a, n, id=" ".join(a), marks=[pytest.mark.slow] if a in CLI_SLOW else [])
             for a, n in CLI_CASES
         ],
-        *CLI_BUGS,
+        *CLI_OPTION_CASES,
     ],
 )
 def test_cli_bad_input_exits_2_with_one_error_line(cli_runs, args, needles):
@@ -397,7 +397,7 @@ def test_cli_bad_input_exits_2_with_one_error_line(cli_runs, args, needles):
 
 
 def test_number_of_cli_bad_inputs():
-    assert len(CLI_CASES) + len(CLI_BUGS) >= 40
+    assert len(CLI_CASES) + len(CLI_OPTION_CASES) >= 40
 
 
 def test_cli_nonprivate_keeps_the_sensitivity_values():

@@ -215,8 +215,11 @@ def test_bad_config_is_rejected(kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize("mech", ["laplace", "gaussian"])
 @pytest.mark.parametrize("div,alpha,rel", [("kl", None, 0.01), ("renyi", 4.0, 0.03)])
-@pytest.mark.parametrize("adversary,degree", [("linear", 1), ("poly", 3)])
+@pytest.mark.parametrize("adversary,degree", [("linear", 1), ("poly", 2), ("poly", 3)])
 def test_million_sample_accuracy_against_exact(mech, div, alpha, rel, adversary, degree):
+    """The issue's claim: at 10^6 samples, within 1% (KL) / 3% (Renyi-4) of the exact value, with the
+    95% lower bound below it. Relative tolerances: the SE at 10^6 samples is ~0.5% of the value
+    (benchmarks/accuracy.py), so 1% is 2 SE and 3% is ~6 SE."""
     from cbdp_jax import exact
 
     pair = exact.laplace_pair(1.0) if mech == "laplace" else exact.gaussian_pair(1.0)
@@ -233,6 +236,15 @@ def test_million_sample_accuracy_against_exact(mech, div, alpha, rel, adversary,
         alpha=alpha,
         config=cfg,
     )
+    if mech == "laplace" and div == "kl" and degree == 3:
+        # (poly_3, KL) = (poly_2, KL) for Laplace: any cubic term makes E_Q[exp h] infinite, so the
+        # exact optimum has none (MATH.md section 6), but a trained cubic coefficient is never exactly
+        # 0 and f*(h) = exp(h - 1) then has infinite mean under Q. No finite sample certifies that
+        # estimate; what must hold is that the result says so (or happens to be accurate).
+        flagged = (not res.bound_reliable) or any("heavy tail" in w for w in res.warnings)
+        assert flagged or abs(res.estimate - truth) <= rel * truth
+        assert res.lower_bound <= truth
+        return
     assert abs(res.estimate - truth) <= rel * truth, (res.estimate, truth)
     assert res.lower_bound <= truth
 

@@ -221,7 +221,15 @@ def summarize(
         )
     f_est = held.estimate if math.isfinite(held.q.mean) and not overflow else -math.inf
     if not math.isfinite(f_est) and not overflow:
-        warnings.append("the trained adversary leaves the conjugate's domain on held-out samples")
+        if div.conjugate_sup < math.inf:
+            warnings.append(
+                "the trained adversary leaves the conjugate's domain on held-out samples: no estimate"
+            )
+        else:
+            warnings.append(
+                "f*(h) overflowed (non-finite) on held-out Q samples: no estimate; retry with "
+                "dtype='float64', more samples or a smaller class"
+            )
     f_se = held.std_error if math.isfinite(f_est) else math.inf
     f_lb = f_est - z * f_se if math.isfinite(f_est) else -math.inf
     est, lb = to_reported(div, f_est), to_reported(div, f_lb)

@@ -25,6 +25,10 @@ estimator (:func:`cbdp_jax.estimator.estimate_from_samples`, a ReLU network and 
 on posterior samples and compared with the quadrature value of that draw (draws whose quadrature KL is
 at least the average are used: at large gamma a typical replacement barely moves the posterior).
 
+At per-draw KL above about one nat the KL f-form term exp(h - 1) under Q is heavy-tailed and the
+held-out CLT bound can under-cover (the full run has one such case at gamma ~ 14, flagged by the
+estimator's heavy-tail warning); the check then fails rather than being hidden.
+
 Checks use Bonferroni (5% family-wise) margins: the identity is an equality of expectations, so each
 comparison of two Monte Carlo means is a two-sided test at level 0.05 / (number of comparisons).
 """
@@ -252,10 +256,16 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     else:
         gammas = tuple(float(g) for g in np.geomspace(0.03, 30.0, 10))
         draws, grid_size, test_points = 3000, 4001, 1000
-        lib_gammas = {MEAN.name: (3.0, 10.0, 30.0), REGRESSION.name: (1.0, 3.0, 10.0)}
+        lib_gammas = {MEAN.name: (1.4, 6.5, 14.0), REGRESSION.name: (1.4, 6.5, 14.0)}
         lib_draws, lib_samples = 3, 100_000
         config = EstimatorConfig(steps=2000, eval_every=100, ensemble=4, batch_size=4096)
     examples = (MEAN, REGRESSION)
+    # Library estimates at the grid values nearest to the targets (per-draw KL up to a few nats: at
+    # larger KL a network adversary overfits and its held-out value collapses).
+    lib_gammas = {
+        name: {min(gammas, key=lambda g, t=t: abs(math.log(g / t))) for t in targets}
+        for name, targets in lib_gammas.items()
+    }
     classes = (("network", make_adversary("mlp", width=32, depth=2)), ("linear", "linear"))
     n_lib = sum(len(v) for v in lib_gammas.values()) * lib_draws * len(classes)
     n_compare = 2 * len(examples) * len(gammas) + n_lib
@@ -421,6 +431,8 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         tag = (pt["example"], pt["class"])
         label = None if tag in seen else f"{pt['example'].split(' (')[0]}, {pt['class']}"
         seen.add(tag)
+        if not (math.isfinite(pt["estimate"]) and math.isfinite(pt["std_error"])):
+            continue
         ax.errorbar([pt["quadrature"]], [pt["estimate"]], yerr=[1.96 * pt["std_error"]],
                     fmt=marker, color=color, capsize=3, label=label)  # fmt: skip
     top = max(pt["quadrature"] for pt in lib_points) * 1.3

@@ -141,7 +141,7 @@ class EstimateResult:
       objective: The training objective (``'dv'``, ``'renyi_scale_free'``, ``'fform'``).
       curves: Validation and training objective per evaluation block of the selected member.
       warnings: Human-readable warnings (convergence, heavy tails, gaps, restarts).
-      bound_reliable: False when one held-out sample carries over a quarter of the variance of f*(h):
+      bound_reliable: False when one held-out sample carries half or more of the variance of f*(h):
         the CLT bound is then meaningless and ``lower_bound`` is the trivial bound 0.
       heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h).
       unbounded: True when the divergence is +inf (then ``estimate`` and ``lower_bound`` are inf).

@@ -168,7 +168,7 @@ def point_mass_reason(p: np.ndarray, q: np.ndarray) -> str | None:
 
 
 HEAVY_TAIL_SHARE = 0.05
-UNRELIABLE_SHARE = 0.25
+UNRELIABLE_SHARE = 0.5
 
 
 def renyi_slope(div, f_value: float) -> float:

@@ -15,6 +15,20 @@ def check(claim: str, holds: bool, detail: str = "") -> dict[str, Any]:
     return {"claim": claim, "holds": bool(holds), "detail": detail}
 
 
+def result_row(res: Any, **extra: Any) -> dict[str, Any]:
+    """One table row for an :class:`~cbdp_jax.estimator.EstimateResult`, with extra columns first."""
+    return {
+        **extra,
+        "estimate": res.estimate,
+        "lower_bound": res.lower_bound,
+        "std_error": res.std_error,
+        "bound_reliable": res.bound_reliable,
+        "divergence": res.divergence,
+        "adversary": res.adversary,
+        "warnings": " | ".join(res.warnings),
+    }
+
+
 def save_outputs(
     out_dir: str | Path,
     name: str,

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax.experiments._common import Timer, check, result_row, save_outputs
 
 NAME = "convexity"
 EPS_A = 2.0  # Laplace component (KL part)
@@ -149,19 +149,6 @@ def mixture_lin_renyi(weight, eps, sigma, alpha) -> float:
     return math.log1p(alpha * (alpha - 1) * val) / (alpha - 1)
 
 
-def _row(res: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        **extra,
-        "estimate": res.estimate,
-        "lower_bound": res.lower_bound,
-        "std_error": res.std_error,
-        "bound_reliable": getattr(res, "bound_reliable", True),
-        "divergence": res.divergence,
-        "adversary": res.adversary,
-        "warnings": " | ".join(res.warnings),
-    }
-
-
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     """Runs the convexity experiment; writes convexity.png / .csv / .json.
 
@@ -252,7 +239,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
                 )
                 lin_res[lam] = res
                 rows.append(
-                    _row(
+                    result_row(
                         res,
                         part="KL, linear class",
                         weight=lam,
@@ -281,7 +268,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             )
             net_res[lam] = res
             rows.append(
-                _row(
+                result_row(
                     res,
                     part="KL, network class",
                     weight=lam,
@@ -342,7 +329,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             config=config,
         )
         rows.append(
-            _row(
+            result_row(
                 res_r,
                 part=f"Renyi alpha={RENYI_ALPHA:g}, network class (non-convexity)",
                 weight=lam,

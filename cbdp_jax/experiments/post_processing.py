@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax.experiments._common import Timer, check, result_row, save_outputs
 
 NAME = "post_processing"
 EPSILON = 1.0
@@ -47,19 +47,6 @@ N_COMPARE = 4 * len(ALPHAS) + 2
 
 def _clip01(y: jax.Array) -> jax.Array:
     return jnp.clip(y, 0.0, 1.0)
-
-
-def _row(res: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        **extra,
-        "estimate": res.estimate,
-        "lower_bound": res.lower_bound,
-        "std_error": res.std_error,
-        "bound_reliable": getattr(res, "bound_reliable", True),
-        "divergence": res.divergence,
-        "adversary": res.adversary,
-        "warnings": " | ".join(res.warnings),
-    }
 
 
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
@@ -161,8 +148,8 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
                 "thm5_bound_corrected": bound_corr,
                 "laplace_bound_corrected_actual_v": bound_tight,
             }
-            rows.append(_row(res_src, release=f"source y = A x + noise (s={s})", **common))
-            rows.append(_row(res_post, release="matrix mechanism W A^+ y (d=2)", **common))
+            rows.append(result_row(res_src, release=f"source y = A x + noise (s={s})", **common))
+            rows.append(result_row(res_post, release="matrix mechanism W A^+ y (d=2)", **common))
 
             se_comb = math.hypot(res_src.std_error, res_post.std_error)
             checks.append(
@@ -228,8 +215,8 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             "exact_lin_kl_M": lin_kl_m,
             "kl_M_unrestricted": kl_m,
         }
-        rows.append(_row(res_m, release="M = Laplace(eps=1)", exact=lin_kl_m, **common))
-        rows.append(_row(res_g, release="g(M) = clip(M, 0, 1)", exact=kl_m, **common))
+        rows.append(result_row(res_m, release="M = Laplace(eps=1)", exact=lin_kl_m, **common))
+        rows.append(result_row(res_g, release="g(M) = clip(M, 0, 1)", exact=kl_m, **common))
         gap = lb_fw(res_g) - lin_kl_m
         checks.append(
             check(

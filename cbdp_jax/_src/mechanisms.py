@@ -274,8 +274,36 @@ class Mechanism(abc.ABC):
 # --------------------------------------------------------------------------------------------------
 
 
+class _AdditiveNoise(Mechanism):
+    """f(D) + noise_scale * Z with Z i.i.d. standard noise per coordinate (Laplace and Gaussian).
+
+    Subclasses are dataclasses with fields ``sensitivity`` and ``query`` and one positive scale
+    parameter; they name it in ``_validate`` and provide ``noise_scale`` and ``_standard_noise``.
+    """
+
+    def _validate(self, scale_param: str) -> None:
+        object.__setattr__(
+            self, scale_param, check_positive(scale_param, getattr(self, scale_param))
+        )
+        object.__setattr__(self, "sensitivity", _as_float_tuple("sensitivity", self.sensitivity))
+        if self.query is not None and not callable(self.query):
+            _fail("query", self.query, "must be None or a callable dataset -> [dim] answer")
+
+    @property
+    def dim(self) -> int:
+        """The output dimension, ``len(sensitivity)``."""
+        return len(self.sensitivity)
+
+    def _standard_noise(self, key: jax.Array, shape: tuple[int, int], dtype: np.dtype) -> jax.Array:
+        raise NotImplementedError
+
+    def _sample(self, key: jax.Array, dataset: Dataset, n: int, dtype: np.dtype) -> jax.Array:
+        centre = _answer_vector(dataset, self.query, self.dim, dtype)
+        return centre[None, :] + self.noise_scale * self._standard_noise(key, (n, self.dim), dtype)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LaplaceMechanism(Mechanism):
+class LaplaceMechanism(_AdditiveNoise):
     """The Laplace mechanism: the query answer plus i.i.d. Laplace noise on each coordinate.
 
     M(D) = f(D) + Z, Z_i i.i.d. Lap(0, b) with b = 1/epsilon, so the output density is
@@ -314,15 +342,7 @@ class LaplaceMechanism(Mechanism):
     family: ClassVar[str] = "laplace"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon))
-        object.__setattr__(self, "sensitivity", _as_float_tuple("sensitivity", self.sensitivity))
-        if self.query is not None and not callable(self.query):
-            _fail("query", self.query, "must be None or a callable dataset -> [dim] answer")
-
-    @property
-    def dim(self) -> int:
-        """The output dimension, ``len(sensitivity)``."""
-        return len(self.sensitivity)
+        self._validate("epsilon")
 
     @property
     def noise_scale(self) -> float:
@@ -334,10 +354,8 @@ class LaplaceMechanism(Mechanism):
         """E.g. ``'Laplace(eps=1, v=(1))'``."""
         return f"Laplace(eps={self.epsilon:g}, v={_fmt(self.sensitivity)})"
 
-    def _sample(self, key: jax.Array, dataset: Dataset, n: int, dtype: np.dtype) -> jax.Array:
-        centre = _answer_vector(dataset, self.query, self.dim, dtype)
-        noise = jax.random.laplace(key, (n, self.dim), dtype=dtype)
-        return centre[None, :] + self.noise_scale * noise
+    def _standard_noise(self, key: jax.Array, shape: tuple[int, int], dtype: np.dtype) -> jax.Array:
+        return jax.random.laplace(key, shape, dtype=dtype)
 
     def log_density(self, dataset: Dataset, x: ArrayLike) -> jax.Array:
         """sum_i log(epsilon / 2) - epsilon |x_i - f(D)_i|, shape ``[n]``; see the class docstring."""
@@ -348,7 +366,7 @@ class LaplaceMechanism(Mechanism):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GaussianMechanism(Mechanism):
+class GaussianMechanism(_AdditiveNoise):
     """The Gaussian mechanism: the query answer plus N(0, sigma^2 I) noise.
 
     M(D) = f(D) + Z, Z ~ N(0, sigma^2 I_d), so the output density is
@@ -381,15 +399,7 @@ class GaussianMechanism(Mechanism):
     family: ClassVar[str] = "gaussian"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
-        object.__setattr__(self, "sensitivity", _as_float_tuple("sensitivity", self.sensitivity))
-        if self.query is not None and not callable(self.query):
-            _fail("query", self.query, "must be None or a callable dataset -> [dim] answer")
-
-    @property
-    def dim(self) -> int:
-        """The output dimension, ``len(sensitivity)``."""
-        return len(self.sensitivity)
+        self._validate("sigma")
 
     @property
     def noise_scale(self) -> float:
@@ -401,10 +411,8 @@ class GaussianMechanism(Mechanism):
         """E.g. ``'Gaussian(sigma=1, v=(1))'``."""
         return f"Gaussian(sigma={self.sigma:g}, v={_fmt(self.sensitivity)})"
 
-    def _sample(self, key: jax.Array, dataset: Dataset, n: int, dtype: np.dtype) -> jax.Array:
-        centre = _answer_vector(dataset, self.query, self.dim, dtype)
-        noise = jax.random.normal(key, (n, self.dim), dtype=dtype)
-        return centre[None, :] + self.sigma * noise
+    def _standard_noise(self, key: jax.Array, shape: tuple[int, int], dtype: np.dtype) -> jax.Array:
+        return jax.random.normal(key, shape, dtype=dtype)
 
     def log_density(self, dataset: Dataset, x: ArrayLike) -> jax.Array:
         """sum_i -log(2 pi sigma^2)/2 - (x_i - f(D)_i)^2 / (2 sigma^2), shape ``[n]``."""

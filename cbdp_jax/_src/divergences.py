@@ -19,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -257,10 +258,36 @@ def variational_objective(div: Divergence, h_p: ArrayLike, h_q: ArrayLike) -> ja
 
 
 def log_mean_exp(x: ArrayLike, axis: int | None = None) -> jax.Array:
-    """log(mean(exp(x))) computed with logsumexp (no overflow in float32)."""
-    x = jnp.asarray(x)
+    """log(mean(exp(x))) computed with a max shift (no overflow in float32).
+
+    Differentiable: the gradient is the softmax of ``x``, computed from the forward pass's ``exp`` (one
+    exponential pass per evaluation, where autodiff of ``logsumexp`` takes two; this is the inner loop
+    of every Donsker-Varadhan training step). Infinities behave as in ``jax.scipy.special.logsumexp``.
+    """
+    return _log_mean_exp(jnp.asarray(x), axis)
+
+
+def _log_mean_exp_parts(x: jax.Array, axis: int | None):
+    """The log mean exp over ``axis`` and the pieces its derivative reuses (shifted exps and their sum)."""
+    shift = jnp.max(x, axis=axis, keepdims=True)
+    shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(shift), shift, 0.0))
+    weights = jnp.exp(x - shift)
+    total = jnp.sum(weights, axis=axis)
     n = x.size if axis is None else x.shape[axis]
-    return jax.scipy.special.logsumexp(x, axis=axis) - jnp.log(n)
+    out = jnp.log(total) + jnp.squeeze(shift, axis) - math.log(n)
+    return out, weights, total
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _log_mean_exp(x: jax.Array, axis: int | None) -> jax.Array:
+    return _log_mean_exp_parts(x, axis)[0]
+
+
+@_log_mean_exp.defjvp
+def _log_mean_exp_jvp(axis, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    out, weights, total = _log_mean_exp_parts(x, axis)
+    return out, jnp.sum(weights * dx, axis=axis) / total
 
 
 def donsker_varadhan(h_p: ArrayLike, h_q: ArrayLike) -> jax.Array:

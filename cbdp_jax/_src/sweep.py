@@ -427,6 +427,17 @@ def _member_keys(static: _Static, key_data) -> tuple[jax.Array, jax.Array, jax.A
     return k_init, k_val, k_train
 
 
+def _lockstep_axes(tx: optax.GradientTransformation, params):
+    """The vmap axes of ``tx``'s state for members that all take the same optimiser steps.
+
+    Integer leaves (step counts) are shared: one count for the whole batch, so Adam's bias corrections
+    are computed once per step instead of once per member. Every other leaf (moments) is per member.
+    """
+    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
+    shapes = jax.eval_shape(tx.init, one)
+    return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, shapes)
+
+
 def _train_batch(
     static: _Static, inputs: MemberInputs, params, rest, noise_key_data
 ) -> MemberTraining:
@@ -443,6 +454,7 @@ def _train_batch(
     # Adam with global-norm clipping, the learning rate applied as a traced factor (the same update as
     # training.make_optimizer('adam', lr)).
     tx = optax.chain(optax.clip_by_global_norm(10.0), optax.scale_by_adam())
+    state_axes = _lockstep_axes(tx, params)
 
     def value(p_, r_, inp, x):
         h_p, h_q = _outputs(static, p_, r_, x)
@@ -459,34 +471,38 @@ def _train_batch(
         p_ = jax.tree.map(lambda a, u: a - lr.astype(a.dtype) * u, p_, updates)
         return p_, s_, -v
 
-    vstep = jax.vmap(member_step, in_axes=(0, 0, 0, 0, 0, None, None))
+    vstep = jax.vmap(
+        member_step,
+        in_axes=(0, state_axes, 0, 0, 0, None, None),
+        out_axes=(0, state_axes, 0),
+    )
     vval = jax.vmap(value)
 
     def step(carry, i):
-        p_, s_ = carry
+        p_, s_, _ = carry
         noise = None
         if static.shared_noise:
             noise = _uniform(static, jax.random.fold_in(noise_key, i), static.batch_size)
-        p_, s_, v = vstep(p_, s_, rest, inputs, k_train, noise, i)
-        return (p_, s_), v
+        return vstep(p_, s_, rest, inputs, k_train, noise, i), None
 
     def block(carry, b):
-        p_, s_, best_p, best_v, finite = carry
+        p_, s_, last, best_p, best_v, finite = carry
         idx = b * static.block_steps + jnp.arange(static.block_steps)
-        (p_, s_), values = jax.lax.scan(step, (p_, s_), idx)
+        (p_, s_, last), _ = jax.lax.scan(step, (p_, s_, last), idx)
         v = vval(p_, rest, inputs, val_x)
         finite = finite & jnp.isfinite(v) & _all_finite(p_)
         v = jnp.where(finite, v, -jnp.inf)
         better = v > best_v
         best_p = _select(better, p_, best_p)
         best_v = jnp.where(better, v, best_v)
-        return (p_, s_, best_p, best_v, finite), (values[-1], v)
+        return (p_, s_, last, best_p, best_v, finite), (last, v)
 
     v0 = vval(params, rest, inputs, val_x)
     v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
     finite0 = jnp.ones(v0.shape, bool)
-    carry = (params, jax.vmap(tx.init)(params), params, v0, finite0)
-    (_, _, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
+    s0 = jax.vmap(tx.init, out_axes=state_axes)(params)
+    carry = (params, s0, v0, params, v0, finite0)
+    (*_, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
         block, carry, jnp.arange(static.blocks)
     )
 

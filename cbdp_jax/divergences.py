@@ -3,6 +3,7 @@
 from cbdp_jax._src.divergences import CONVENTIONS as CONVENTIONS
 from cbdp_jax._src.divergences import DIVERGENCE_NAMES as DIVERGENCE_NAMES
 from cbdp_jax._src.divergences import Divergence as Divergence
+from cbdp_jax._src.divergences import alpha_conjugate as alpha_conjugate
 from cbdp_jax._src.divergences import alpha_conjugate_constant as alpha_conjugate_constant
 from cbdp_jax._src.divergences import alpha_exponent as alpha_exponent
 from cbdp_jax._src.divergences import alpha_from_renyi as alpha_from_renyi
@@ -19,6 +20,7 @@ __all__ = [
     "CONVENTIONS",
     "DIVERGENCE_NAMES",
     "Divergence",
+    "alpha_conjugate",
     "alpha_conjugate_constant",
     "alpha_exponent",
     "alpha_from_renyi",

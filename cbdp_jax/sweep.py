@@ -4,8 +4,6 @@ from cbdp_jax._src.sweep import TRACE_COUNT as TRACE_COUNT
 from cbdp_jax._src.sweep import Member as Member
 from cbdp_jax._src.sweep import SweepConfig as SweepConfig
 from cbdp_jax._src.sweep import SweepTraining as SweepTraining
-from cbdp_jax._src.sweep import alpha_conjugate_array as alpha_conjugate_array
-from cbdp_jax._src.sweep import alpha_optimal_scale_array as alpha_optimal_scale_array
 from cbdp_jax._src.sweep import estimate_sweep as estimate_sweep
 from cbdp_jax._src.sweep import evaluate_sweep as evaluate_sweep
 from cbdp_jax._src.sweep import select_best as select_best
@@ -16,8 +14,6 @@ __all__ = [
     "Member",
     "SweepConfig",
     "SweepTraining",
-    "alpha_conjugate_array",
-    "alpha_optimal_scale_array",
     "estimate_sweep",
     "evaluate_sweep",
     "select_best",

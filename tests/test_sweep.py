@@ -18,8 +18,6 @@ from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, make_mechan
 from cbdp_jax.sweep import (
     TRACE_COUNT,
     SweepConfig,
-    alpha_conjugate_array,
-    alpha_optimal_scale_array,
     estimate_sweep,
     evaluate_sweep,
     select_best,
@@ -78,22 +76,36 @@ def test_linear_sweep_matches_exact_kl_and_renyi():
         _check_against_exact(row, LAPLACE_LIN_RENYI[row["alpha"]], shortfall=0.01)
 
 
-def test_array_alpha_functions_match_the_float_versions():
-    from cbdp_jax.divergences import alpha_optimal_scale, get_divergence
+def test_traced_alpha_gives_the_closed_forms_of_the_float_alpha():
+    """One compiled function over an alpha grid equals the closed forms at each order.
+
+    f*(s) = C_a |s|^A + 1/(a^2 - a) (paper Lemma 3) and the optimal scale
+    t* = (mean h_p / mean |h_q|^A)^(a - 1) / (a - 1) (MATH.md section 3) are written out here in numpy
+    float64, independently of the library.
+    """
+    from cbdp_jax.divergences import alpha_conjugate, alpha_optimal_scale, get_divergence
 
     s = np.linspace(-3.0, 3.0, 13)
     h_p = np.linspace(0.1, 2.0, 7)
     h_q = np.linspace(-1.0, 1.5, 9)
-    for alpha in (1.5, 2.0, 4.0, 9.0):
-        for conv in ("abs", "nonneg"):
-            want = get_divergence("alpha", alpha=alpha, convention=conv).conjugate(s)
-            got = alpha_conjugate_array(s, np.float64(alpha), conv)
-            np.testing.assert_allclose(got, want, rtol=1e-12)
-        np.testing.assert_allclose(
-            alpha_optimal_scale_array(h_p, h_q, np.float64(alpha)),
-            alpha_optimal_scale(h_p, h_q, alpha),
-            rtol=1e-12,
-        )
+    alphas = np.array([1.5, 2.0, 4.0, 9.0])
+    conj = jax.jit(jax.vmap(alpha_conjugate, in_axes=(None, 0, None)), static_argnums=2)
+    scale = jax.jit(jax.vmap(alpha_optimal_scale, in_axes=(None, None, 0)))
+    scales = scale(h_p, h_q, alphas)
+    for conv in ("abs", "nonneg"):
+        grid = conj(s, alphas, conv)
+        base = np.abs(s) if conv == "abs" else np.maximum(s, 0.0)
+        for i, a in enumerate(alphas):
+            big_a = a / (a - 1.0)
+            want = (a - 1.0) ** big_a / a * base**big_a + 1.0 / (a * a - a)
+            np.testing.assert_allclose(grid[i], want, rtol=1e-12)
+            float_alpha = get_divergence("alpha", alpha=float(a), convention=conv).conjugate(s)
+            np.testing.assert_allclose(float_alpha, want, rtol=1e-12)
+    for i, a in enumerate(alphas):
+        big_a = a / (a - 1.0)
+        want = (h_p.mean() / np.mean(np.abs(h_q) ** big_a)) ** (a - 1.0) / (a - 1.0)
+        np.testing.assert_allclose(scales[i], want, rtol=1e-12)
+        np.testing.assert_allclose(alpha_optimal_scale(h_p, h_q, float(a)), want, rtol=1e-12)
 
 
 def test_second_call_with_same_shapes_does_not_recompile_and_batches_do_not_change_results():

@@ -251,6 +251,12 @@ class AdversarySpec:
         """Constants are in H, so D^H >= 0 (every class here has an output bias)."""
         return True
 
+    def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict (a feature map by its ``repr``)."""
+        d = dataclasses.asdict(self)
+        d["feature_map"] = None if self.feature_map is None else repr(self.feature_map)
+        return d
+
     @property
     def label(self) -> str:
         """A short name such as ``'poly_3'`` or ``'mlp(64x2)'``."""

@@ -107,20 +107,29 @@ def _alpha_f(alpha: float) -> Callable[[jax.Array], jax.Array]:
     return f
 
 
-def _alpha_conjugate(alpha: float, convention: str) -> Callable[[jax.Array], jax.Array]:
+def _log(x):
+    """The log of a Python number in double precision (constants), of an array elementwise (traced)."""
+    return math.log(x) if isinstance(x, (int, float)) else jnp.log(x)
+
+
+def alpha_conjugate(s: ArrayLike, alpha: ArrayLike, convention: str = "abs") -> jax.Array:
+    """f*(s) = C_a |s|^A + 1/(a^2 - a) of the alpha-divergence, A = a/(a-1), C_a = (a-1)^A / a.
+
+    Paper Lemma 3 (MATH.md section 2); with ``convention='nonneg'`` |s| becomes max(s, 0). ``alpha`` is
+    a Python float (its constants are then formed in double precision) or an array, possibly traced, so
+    that one compiled program serves a grid of orders. The product is formed as exp(log C_a + A log|s|):
+    C_a alone underflows float32 for alpha near 1 (1e-202 at alpha = 1.01) while |s|^A overflows.
+    """
+    s = jnp.asarray(s)
+    if not jnp.issubdtype(s.dtype, jnp.inexact):
+        s = s.astype(jnp.result_type(float))
     big_a = alpha_exponent(alpha)
-    # log C_a: C_a itself underflows float32 for alpha near 1 (1e-202 at alpha = 1.01) while |s|^A
-    # overflows, so the product is formed as exp(log C_a + A log|s|).
-    log_c_a = big_a * math.log(alpha - 1.0) - math.log(alpha)
-    offset = 1.0 / (alpha * alpha - alpha)
-
-    def conjugate(s: jax.Array) -> jax.Array:
-        base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
-        positive = base > 0
-        safe = jnp.where(positive, base, 1.0)
-        return jnp.where(positive, jnp.exp(log_c_a + big_a * jnp.log(safe)), 0.0) + offset
-
-    return conjugate
+    log_c_a = big_a * _log(alpha - 1.0) - _log(alpha)
+    base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
+    positive = base > 0
+    safe = jnp.where(positive, base, 1.0)
+    power = jnp.where(positive, jnp.exp(log_c_a + big_a * jnp.log(safe)), 0.0)
+    return (power + 1.0 / (alpha * alpha - alpha)).astype(s.dtype)
 
 
 def renyi_from_alpha(value: ArrayLike, alpha: float) -> jax.Array:
@@ -215,7 +224,7 @@ def get_divergence(name: str, *, alpha: float | None = None, convention: str = "
         return Divergence(
             name,
             _alpha_f(a),
-            _alpha_conjugate(a, convention),
+            functools.partial(alpha_conjugate, alpha=a, convention=convention),
             math.inf,
             a,
             convention,
@@ -339,9 +348,9 @@ def renyi_scale_free(
 
 
 def alpha_optimal_scale(
-    h_p: ArrayLike, h_q: ArrayLike, alpha: float, convention: str = "abs"
+    h_p: ArrayLike, h_q: ArrayLike, alpha: ArrayLike, convention: str = "abs"
 ) -> jax.Array:
-    """The scale t > 0 maximising the alpha-divergence f-form of t * h.
+    """The scale t > 0 maximising the alpha-divergence f-form of t * h (``alpha`` may be traced).
 
     Setting the derivative of t E_P[h] - C_a t^A E_Q[|h|^A] to zero gives
     t* = (E_P[h] / E_Q[|h|^A])^(alpha - 1) / (alpha - 1); at t* the f-form equals the scale-free form
@@ -350,5 +359,5 @@ def alpha_optimal_scale(
     mean_p = jnp.mean(jnp.asarray(h_p))
     safe = jnp.where(mean_p > 0, mean_p, 1.0)
     log_m = _log_mean_abs_pow(jnp.asarray(h_q), alpha_exponent(alpha), convention)
-    log_t = (alpha - 1.0) * (jnp.log(safe) - log_m) - math.log(alpha - 1.0)
-    return jnp.where(mean_p > 0, jnp.exp(log_t), 0.0)
+    log_t = (alpha - 1.0) * (jnp.log(safe) - log_m) - _log(alpha - 1.0)
+    return jnp.where(mean_p > 0, jnp.exp(log_t), 0.0).astype(mean_p.dtype)

@@ -47,6 +47,7 @@ from cbdp_jax._src.validation import (
     check_choice,
     check_in_range,
     check_int_at_least,
+    check_key,
     check_positive,
     check_same_dim,
     check_samples,
@@ -213,14 +214,6 @@ def _as_spec(adversary: AdversarySpec | str, options: dict[str, Any]) -> Adversa
 
 def _key_data(key: jax.Array) -> list[int]:
     return np.asarray(jax.random.key_data(key)).ravel().tolist()
-
-
-def _check_key(key: Any) -> jax.Array:
-    if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
-        raise InvalidParameterError(
-            "key is invalid: must be a typed PRNG key from jax.random.key(seed) (first argument)"
-        )
-    return key
 
 
 class _Problem:
@@ -503,7 +496,7 @@ def estimate_from_samples(
 
     """
     t0 = time.perf_counter()
-    key = _check_key(key)
+    key = check_key(key)
     spec = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     p = check_samples("p_samples", p_samples)
@@ -563,7 +556,7 @@ def estimate_from_samples(
     call = {
         "entry": "samples",
         "key_data": _key_data(key),
-        "adversary_spec": _spec_dict(spec),
+        "adversary_spec": spec.to_dict(),
         "divergence": divergence,
         "alpha": alpha,
         "convention": convention,
@@ -584,12 +577,6 @@ def _config_dict(config: EstimatorConfig) -> dict[str, Any]:
     d = dataclasses.asdict(config)
     d.pop("progress")
     d["split"] = list(config.split)
-    return d
-
-
-def _spec_dict(spec: AdversarySpec) -> dict[str, Any]:
-    d = dataclasses.asdict(spec)
-    d["feature_map"] = None if spec.feature_map is None else repr(spec.feature_map)
     return d
 
 
@@ -658,7 +645,7 @@ def estimate(
     from cbdp_jax._src.mechanisms import Mechanism, NeighbouringPair, canonical_pair
 
     t0 = time.perf_counter()
-    key = _check_key(key)
+    key = check_key(key)
     if isinstance(pair, Mechanism):
         pair = canonical_pair(pair)
     if not isinstance(pair, NeighbouringPair):
@@ -716,7 +703,7 @@ def estimate(
         "entry": "mechanism",
         "key_data": _key_data(key),
         "mechanism": getattr(mech, "label", type(mech).__name__),
-        "adversary_spec": _spec_dict(spec),
+        "adversary_spec": spec.to_dict(),
         "divergence": divergence,
         "alpha": alpha,
         "convention": convention,

@@ -9,6 +9,7 @@ fitted sign and scale for the alpha family -- and only that fixed function is ev
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -20,12 +21,15 @@ from cbdp_jax._src.adversaries import AdversarySpec
 from cbdp_jax._src.divergences import (
     Divergence,
     _log_mean_abs_pow,
+    alpha_conjugate,
     alpha_exponent,
     alpha_optimal_scale,
     donsker_varadhan,
+    get_divergence,
     kl_optimal_shift,
     variational_objective,
 )
+from cbdp_jax._src.validation import InvalidParameterError, check_choice
 
 
 class Objective(NamedTuple):
@@ -60,40 +64,112 @@ def _scale_penalty(h_p, h_q):
     return SCALE_PENALTY * jnp.log(jnp.mean(h_q * h_q) + 1e-30) ** 2
 
 
-def _identity_fit(h_p, h_q):
+class ObjectiveFunctions(NamedTuple):
+    """An objective's pure functions with the order ``alpha`` as an argument (a traced array or a float).
+
+    One compiled sweep program serves a whole grid of orders through these;
+    :func:`choose_objective` binds ``alpha`` for a single divergence. ``alpha`` is ignored by KL and by
+    the order-free divergences.
+
+    Attributes:
+      value: ``(h_p [n], h_q [m], alpha) -> scalar`` to maximise.
+      fit: ``(h_p, h_q, alpha) -> (scale, shift)``, the closed-form map to the plain f-form.
+      penalty: ``(h_p, h_q) -> scalar`` added to the training loss only (see :class:`Objective`).
+      conjugate: ``(s, alpha) -> f*(s)`` of the divergence, elementwise.
+
+    """
+
+    value: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+    fit: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+    penalty: Callable[[jax.Array, jax.Array], jax.Array]
+    conjugate: Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def _identity_fit(h_p, h_q, alpha=None):
     return jnp.ones((), h_p.dtype), jnp.zeros((), h_p.dtype)
+
+
+def _dv_value(h_p, h_q, alpha=None):
+    return donsker_varadhan(h_p, h_q)
+
+
+def _dv_fit(h_p, h_q, alpha=None):
+    return jnp.ones((), h_p.dtype), kl_optimal_shift(h_q)
+
+
+def _renyi_scale_free_value(h_p, h_q, alpha):
+    # Sign-symmetric: h and -h give the same value under the |t| convention, so training can never
+    # get stuck at E_P[h] < 0; the sign is fixed afterwards by the fit.
+    big_a = alpha_exponent(alpha)
+    mean_p = jnp.abs(jnp.mean(h_p))
+    return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs")
+
+
+def _renyi_sign_and_scale_fit(h_p, h_q, alpha):
+    sign = jnp.where(jnp.mean(h_p) >= 0, 1.0, -1.0).astype(h_p.dtype)
+    scale = sign * alpha_optimal_scale(sign * h_p, sign * h_q, alpha, "abs")
+    return scale, jnp.zeros((), h_p.dtype)
+
+
+OBJECTIVE_KINDS = ("dv", "renyi_scale_free", "fform")
+
+
+def objective_functions(kind: str, divergence: str, convention: str = "abs") -> ObjectiveFunctions:
+    """The functions of objective ``kind`` (see :data:`OBJECTIVE_KINDS`) for divergence ``divergence``.
+
+    Raises:
+      InvalidParameterError: For an unknown kind, or a tight kind that does not fit the divergence
+        (``'dv'`` is KL's, ``'renyi_scale_free'`` the alpha family's under the ``'abs'`` convention).
+
+    """
+    check_choice("objective", kind, OBJECTIVE_KINDS)
+    if divergence in ("renyi", "alpha"):
+
+        def conjugate(s, alpha):
+            return alpha_conjugate(s, alpha, convention)
+
+    else:
+        plain = get_divergence(divergence).conjugate
+
+        def conjugate(s, alpha=None):
+            return plain(s)
+
+    if kind == "dv" and divergence == "kl":
+        return ObjectiveFunctions(_dv_value, _dv_fit, _no_penalty, conjugate)
+    if kind == "renyi_scale_free" and divergence in ("renyi", "alpha") and convention == "abs":
+        return ObjectiveFunctions(
+            _renyi_scale_free_value, _renyi_sign_and_scale_fit, _scale_penalty, conjugate
+        )
+    if kind != "fform":
+        raise InvalidParameterError(
+            f"objective={kind!r} is invalid for divergence {divergence!r} with convention "
+            f"{convention!r}: 'dv' needs 'kl', 'renyi_scale_free' needs 'renyi' or 'alpha' with 'abs'"
+        )
+
+    def fform(h_p, h_q, alpha=None):
+        return jnp.mean(h_p) - jnp.mean(conjugate(h_q, alpha))
+
+    return ObjectiveFunctions(fform, _identity_fit, _no_penalty, conjugate)
 
 
 def choose_objective(div: Divergence, spec: AdversarySpec, *, tight: bool = True) -> Objective:
     """Picks the tightest valid training objective for the divergence and class (MATH.md section 3)."""
     if tight and div.name == "kl" and spec.translation_invariant:
-
-        def fit(h_p, h_q):
-            return jnp.ones((), h_p.dtype), kl_optimal_shift(h_q)
-
-        return Objective("dv", donsker_varadhan, fit, _no_penalty)
-
-    if tight and div.name in ("renyi", "alpha") and spec.is_cone and div.convention == "abs":
-        alpha = div.alpha
-        big_a = alpha_exponent(alpha)
-
-        def value(h_p, h_q):
-            # Sign-symmetric: h and -h give the same value under the |t| convention, so training can
-            # never get stuck at E_P[h] < 0; the sign is fixed afterwards in `fit`.
-            mean_p = jnp.abs(jnp.mean(h_p))
-            return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs")
-
-        def fit(h_p, h_q):
-            sign = jnp.where(jnp.mean(h_p) >= 0, 1.0, -1.0).astype(h_p.dtype)
-            scale = sign * alpha_optimal_scale(sign * h_p, sign * h_q, alpha, "abs")
-            return scale, jnp.zeros((), h_p.dtype)
-
-        return Objective("renyi_scale_free", value, fit, _scale_penalty)
-
-    def fform(h_p, h_q):
-        return variational_objective(div, h_p, h_q)
-
-    return Objective("fform", fform, _identity_fit, _no_penalty)
+        kind = "dv"
+    elif tight and div.name in ("renyi", "alpha") and spec.is_cone and div.convention == "abs":
+        kind = "renyi_scale_free"
+    else:
+        # The divergence's own plain f-form (any divergence, at its order).
+        fform = functools.partial(variational_objective, div)
+        return Objective("fform", fform, _identity_fit, _no_penalty)
+    fns = objective_functions(kind, div.name, div.convention)
+    alpha = div.alpha
+    return Objective(
+        kind,
+        lambda h_p, h_q: fns.value(h_p, h_q, alpha),
+        lambda h_p, h_q: fns.fit(h_p, h_q, alpha),
+        fns.penalty,
+    )
 
 
 def conservative_fit(

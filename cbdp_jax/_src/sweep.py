@@ -66,24 +66,18 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
-from cbdp_jax._src.divergences import (
-    _log_mean_abs_pow,
-    alpha_exponent,
-    donsker_varadhan,
-    get_divergence,
-    kl_optimal_shift,
-)
-from cbdp_jax._src.estimator import _check_key, _spec_dict
+from cbdp_jax._src.divergences import get_divergence
 from cbdp_jax._src.evaluation import HeldOut, Moments, summarize, z_quantile
 from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
-from cbdp_jax._src.objectives import choose_objective
-from cbdp_jax._src.training import _all_finite, _select, apply_fn
+from cbdp_jax._src.objectives import ObjectiveFunctions, choose_objective, objective_functions
+from cbdp_jax._src.training import apply_fn, finite_members, where_members
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_alpha,
     check_choice,
     check_in_range,
     check_int_at_least,
+    check_key,
     check_positive,
 )
 
@@ -308,59 +302,12 @@ class SweepTraining:
 
 
 # --------------------------------------------------------------------------------------------------
-# Objectives with alpha as an array (divergences.py's versions take a Python float)
+# Objectives with alpha traced (objectives.objective_functions; choose_objective picks the kind)
 # --------------------------------------------------------------------------------------------------
 
 
-def alpha_conjugate_array(s: jax.Array, alpha: jax.Array, convention: str = "abs") -> jax.Array:
-    """f*(s) = C_a |s|^A + 1/(a^2 - a), A = a/(a-1), C_a = (a-1)^A / a, for a traced ``alpha``.
-
-    The same function as ``get_divergence('alpha', alpha=a).conjugate`` (paper Lemma 3; MATH.md
-    section 2), with ``alpha`` an array so one program serves a grid of orders.
-    """
-    big_a = alpha_exponent(alpha)
-    c_a = jnp.exp(big_a * jnp.log(alpha - 1.0) - jnp.log(alpha))
-    base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
-    return c_a * base**big_a + 1.0 / (alpha * alpha - alpha)
-
-
-def alpha_optimal_scale_array(
-    h_p: jax.Array, h_q: jax.Array, alpha: jax.Array, convention: str = "abs"
-) -> jax.Array:
-    """:func:`~cbdp_jax.divergences.alpha_optimal_scale` for a traced ``alpha`` (0 if mean(h_p) <= 0)."""
-    mean_p = jnp.mean(h_p)
-    safe = jnp.where(mean_p > 0, mean_p, 1.0)
-    log_m = _log_mean_abs_pow(h_q, alpha_exponent(alpha), convention)
-    log_t = (alpha - 1.0) * (jnp.log(safe) - log_m) - jnp.log(alpha - 1.0)
-    return jnp.where(mean_p > 0, jnp.exp(log_t), 0.0)
-
-
-def _conjugate(static: _Static, s: jax.Array, alpha: jax.Array) -> jax.Array:
-    if static.divergence == "kl":
-        return jnp.exp(s - 1.0)
-    return alpha_conjugate_array(s, alpha, static.convention)
-
-
-def _objective_value(static: _Static, h_p, h_q, alpha) -> jax.Array:
-    """The training objective (choose_objective's choice), alpha traced."""
-    if static.objective == "dv":
-        return donsker_varadhan(h_p, h_q)
-    if static.objective == "renyi_scale_free":
-        big_a = alpha_exponent(alpha)
-        mean_p = jnp.abs(jnp.mean(h_p))  # sign-symmetric, as in objectives.choose_objective
-        return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs")
-    return jnp.mean(h_p) - jnp.mean(_conjugate(static, h_q, alpha))
-
-
-def _fit(static: _Static, h_p, h_q, alpha) -> tuple[jax.Array, jax.Array]:
-    """The scale and shift that make ``scale * h + shift`` a member of the plain f-form."""
-    one, zero = jnp.ones((), h_p.dtype), jnp.zeros((), h_p.dtype)
-    if static.objective == "dv":
-        return one, kl_optimal_shift(h_q)
-    if static.objective == "renyi_scale_free":
-        sign = jnp.where(jnp.mean(h_p) >= 0, 1.0, -1.0).astype(h_p.dtype)
-        return sign * alpha_optimal_scale_array(sign * h_p, sign * h_q, alpha, "abs"), zero
-    return one, zero
+def _objective(static: _Static) -> ObjectiveFunctions:
+    return objective_functions(static.objective, static.divergence, static.convention)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -456,20 +403,28 @@ def _train_batch(
     tx = optax.chain(optax.clip_by_global_norm(10.0), optax.scale_by_adam())
     state_axes = _lockstep_axes(tx, params)
 
+    objective = _objective(static)
+
     def value(p_, r_, inp, x):
         h_p, h_q = _outputs(static, p_, r_, x)
-        return _objective_value(static, h_p, h_q, inp.alpha.astype(dt))
+        return objective.value(h_p, h_q, inp.alpha.astype(dt))
+
+    def loss(p_, r_, inp, x):
+        # The training loss of training.py: minus the objective plus its (scale) penalty.
+        h_p, h_q = _outputs(static, p_, r_, x)
+        v = objective.value(h_p, h_q, inp.alpha.astype(dt))
+        return -v + objective.penalty(h_p, h_q), v
 
     def member_step(p_, s_, r_, inp, k, noise, i):
         if noise is None:
             x = _draw_pair(static, jax.random.fold_in(k, i), static.batch_size, inp)
         else:
             x = _place(static, noise, inp)
-        v, grad = jax.value_and_grad(lambda pp: -value(pp, r_, inp, x))(p_)
+        (_, v), grad = jax.value_and_grad(loss, has_aux=True)(p_, r_, inp, x)
         updates, s_ = tx.update(grad, s_, p_)
         lr = inp.learning_rate.astype(dt)
         p_ = jax.tree.map(lambda a, u: a - lr.astype(a.dtype) * u, p_, updates)
-        return p_, s_, -v
+        return p_, s_, v
 
     vstep = jax.vmap(
         member_step,
@@ -490,10 +445,10 @@ def _train_batch(
         idx = b * static.block_steps + jnp.arange(static.block_steps)
         (p_, s_, last), _ = jax.lax.scan(step, (p_, s_, last), idx)
         v = vval(p_, rest, inputs, val_x)
-        finite = finite & jnp.isfinite(v) & _all_finite(p_)
+        finite = finite & jnp.isfinite(v) & finite_members(p_)
         v = jnp.where(finite, v, -jnp.inf)
         better = v > best_v
-        best_p = _select(better, p_, best_p)
+        best_p = where_members(better, p_, best_p)
         best_v = jnp.where(better, v, best_v)
         return (p_, s_, last, best_p, best_v, finite), (last, v)
 
@@ -508,7 +463,7 @@ def _train_batch(
 
     def fit(p_, r_, inp, x):
         h_p, h_q = _outputs(static, p_, r_, x)
-        return _fit(static, h_p, h_q, inp.alpha.astype(dt))
+        return objective.fit(h_p, h_q, inp.alpha.astype(dt))
 
     scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
     return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T)
@@ -532,7 +487,7 @@ def _member_evaluate(
     )
     h_p = scale * h_p + shift
     h_q = scale * h_q + shift
-    t_q = _conjugate(static, h_q, inp.alpha.astype(h_q.dtype))
+    t_q = _objective(static).conjugate(h_q, inp.alpha.astype(h_q.dtype))
     mask = jnp.arange(chunk) < n_valid
     return jnp.stack([_masked_moments(h_p, mask, n_valid), _masked_moments(t_q, mask, n_valid)])
 
@@ -707,7 +662,7 @@ def _plan(
     config: SweepConfig,
     adversary_options: dict[str, Any],
 ) -> _Plan:
-    _check_key(key)
+    check_key(key)
     check_choice("divergence", divergence, SWEEP_DIVERGENCES)
     check_choice("convention", convention, ("abs", "nonneg"))
     mechs = _as_mechanisms(mechanisms)
@@ -916,7 +871,7 @@ def _row(
         "noise_scale": float(mech.noise_scale),
         "adversary": member.adversary.label,
         "adversary_index": member.adversary_index,
-        "adversary_spec": _spec_dict(member.adversary),
+        "adversary_spec": member.adversary.to_dict(),
         "divergence": div.label,
         "alpha": member.alpha,
         "learning_rate": member.learning_rate,
@@ -1045,7 +1000,7 @@ def evaluate_sweep(
       The result table: one dict per member, in sweep order (see :func:`estimate_sweep`).
 
     """
-    _check_key(key)
+    check_key(key)
     config = training.config
     n = check_int_at_least(
         "test_samples", config.test_samples if test_samples is None else test_samples, 2
@@ -1122,7 +1077,7 @@ def estimate_sweep(
 
     """
     _check_max_batch(max_batch)
-    k_train, k_test = jax.random.split(_check_key(key))
+    k_train, k_test = jax.random.split(check_key(key))
     plan = _plan(
         k_train,
         mechanisms,

@@ -105,7 +105,9 @@ def apply_fn(graphdef, params, rest, x: jax.Array) -> jax.Array:
     return nnx.merge(graphdef, params, rest)(x)
 
 
-def _select(mask: jax.Array, new, old):
+def where_members(mask: jax.Array, new, old):
+    """Per member (leading axis), the leaves of ``new`` where ``mask [M]`` holds, else of ``old``."""
+
     def pick(a, b):
         m = mask.reshape(mask.shape + (1,) * (a.ndim - 1))
         return jnp.where(m, a, b)
@@ -113,7 +115,8 @@ def _select(mask: jax.Array, new, old):
     return jax.tree.map(pick, new, old)
 
 
-def _all_finite(tree) -> jax.Array:
+def finite_members(tree) -> jax.Array:
+    """Whether every entry of every leaf is finite, per member (leading axis): ``[M]`` bool."""
     leaves = [jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(tree)]
     return functools.reduce(jnp.logical_and, leaves)
 
@@ -202,11 +205,11 @@ def _train_jit(
         p_, s_, best_p, best_v, finite = carry
         (p_, s_), values = jax.lax.scan(step, (p_, s_), jax.random.split(k, eval_every))
         v = vval(p_, rest, val_p, val_q)
-        ok = jnp.isfinite(v) & _all_finite(p_)
+        ok = jnp.isfinite(v) & finite_members(p_)
         finite = finite & ok
         v = jnp.where(finite, v, -jnp.inf)
         better = v > best_v
-        best_p = _select(better, p_, best_p)
+        best_p = where_members(better, p_, best_p)
         best_v = jnp.where(better, v, best_v)
         if progress is not None:
             jax.debug.callback(progress, index)

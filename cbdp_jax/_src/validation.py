@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -172,3 +174,17 @@ def check_output_folder(name: str, path: Any):
     except OSError as exc:
         _fail(name, str(path), f"must be a folder that can be created ({exc.strerror})")
     return folder
+
+
+def check_key(key: Any) -> jax.Array:
+    """A typed PRNG key (``jax.random.key(seed)``), the first argument of every random entry point.
+
+    Raises:
+      InvalidParameterError: For anything else (an int seed, a raw uint32 key, None).
+
+    """
+    if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
+        raise InvalidParameterError(
+            "key is invalid: must be a typed PRNG key from jax.random.key(seed) (first argument)"
+        )
+    return key

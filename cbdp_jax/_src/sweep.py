@@ -70,7 +70,7 @@ from cbdp_jax._src.divergences import get_divergence
 from cbdp_jax._src.evaluation import HeldOut, Moments, summarize, z_quantile
 from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from cbdp_jax._src.objectives import ObjectiveFunctions, choose_objective, objective_functions
-from cbdp_jax._src.training import apply_fn, finite_members, where_members
+from cbdp_jax._src.training import apply_fn, early_stopping_scan, lockstep_state_axes
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_alpha,
@@ -374,24 +374,13 @@ def _member_keys(static: _Static, key_data) -> tuple[jax.Array, jax.Array, jax.A
     return k_init, k_val, k_train
 
 
-def _lockstep_axes(tx: optax.GradientTransformation, params):
-    """The vmap axes of ``tx``'s state for members that all take the same optimiser steps.
-
-    Integer leaves (step counts) are shared: one count for the whole batch, so Adam's bias corrections
-    are computed once per step instead of once per member. Every other leaf (moments) is per member.
-    """
-    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
-    shapes = jax.eval_shape(tx.init, one)
-    return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, shapes)
-
-
 def _train_batch(
     static: _Static, inputs: MemberInputs, params, rest, noise_key_data
 ) -> MemberTraining:
     """Trains a batch of members on fresh minibatches with early stopping; see the module docstring.
 
-    ``lax.scan`` over blocks of ``lax.scan`` over steps, ``jax.vmap`` over the members inside each step
-    (the layout of :func:`cbdp_jax._src.training._train_jit`). With ``static.shared_noise`` the step's
+    :func:`~cbdp_jax._src.training.early_stopping_scan` (``lax.scan`` over blocks of ``lax.scan`` over
+    steps, as the estimator's training) with ``jax.vmap`` over the members inside each step. With ``static.shared_noise`` the step's
     standard noise is drawn once, outside the vmap, and every member scales it by its own noise scale.
     """
     dt = jnp.dtype(static.dtype)
@@ -401,7 +390,7 @@ def _train_batch(
     # Adam with global-norm clipping, the learning rate applied as a traced factor (the same update as
     # training.make_optimizer('adam', lr)).
     tx = optax.chain(optax.clip_by_global_norm(10.0), optax.scale_by_adam())
-    state_axes = _lockstep_axes(tx, params)
+    state_axes = lockstep_state_axes(tx, params)
 
     objective = _objective(static)
 
@@ -433,32 +422,18 @@ def _train_batch(
     )
     vval = jax.vmap(value)
 
-    def step(carry, i):
-        p_, s_, _ = carry
+    def step(p_, s_, i):
         noise = None
         if static.shared_noise:
             noise = _uniform(static, jax.random.fold_in(noise_key, i), static.batch_size)
-        return vstep(p_, s_, rest, inputs, k_train, noise, i), None
+        return vstep(p_, s_, rest, inputs, k_train, noise, i)
 
-    def block(carry, b):
-        p_, s_, last, best_p, best_v, finite = carry
-        idx = b * static.block_steps + jnp.arange(static.block_steps)
-        (p_, s_, last), _ = jax.lax.scan(step, (p_, s_, last), idx)
-        v = vval(p_, rest, inputs, val_x)
-        finite = finite & jnp.isfinite(v) & finite_members(p_)
-        v = jnp.where(finite, v, -jnp.inf)
-        better = v > best_v
-        best_p = where_members(better, p_, best_p)
-        best_v = jnp.where(better, v, best_v)
-        return (p_, s_, last, best_p, best_v, finite), (last, v)
-
-    v0 = vval(params, rest, inputs, val_x)
-    v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
-    finite0 = jnp.ones(v0.shape, bool)
-    s0 = jax.vmap(tx.init, out_axes=state_axes)(params)
-    carry = (params, s0, v0, params, v0, finite0)
-    (*_, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
-        block, carry, jnp.arange(static.blocks)
+    best_p, best_v, finite, train_c, val_c = early_stopping_scan(
+        step,
+        lambda p_: vval(p_, rest, inputs, val_x),
+        params,
+        jax.vmap(tx.init, out_axes=state_axes)(params),
+        jnp.arange(static.blocks * static.block_steps).reshape(static.blocks, static.block_steps),
     )
 
     def fit(p_, r_, inp, x):

@@ -121,6 +121,84 @@ def finite_members(tree) -> jax.Array:
     return functools.reduce(jnp.logical_and, leaves)
 
 
+def lockstep_state_axes(tx: optax.GradientTransformation, params) -> Any:
+    """``jax.vmap`` axes of Adam's state for an ensemble whose members all take the same steps.
+
+    Integer leaves (Adam's step count) are shared -- one count for the whole ensemble, so the bias
+    corrections are computed once per step, not once per member -- and every other leaf (the moments)
+    is per member (axis 0). Only for optimisers whose integer state is a step count: L-BFGS's line
+    search keeps per-member integers, so it is vmapped whole.
+
+    Args:
+      tx: The optimiser.
+      params: Stacked parameters, leading axis = members.
+
+    Returns:
+      A pytree of ``None`` / ``0`` matching ``tx.init(one member's params)``.
+
+    """
+    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
+    shapes = jax.eval_shape(tx.init, one)
+    return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, shapes)
+
+
+def early_stopping_scan(
+    step: Callable[[Any, Any, Any], tuple[Any, Any, jax.Array]],
+    validate: Callable[[Any], jax.Array],
+    params,
+    opt_state,
+    block_inputs,
+    *,
+    progress: Callable[[Any], None] | None = None,
+):
+    """Runs blocks of optimiser steps, validating after each block and keeping each member's best.
+
+    ``lax.scan`` over blocks of ``lax.scan`` over steps; everything stays on the device (early stopping
+    without a host round trip). A member whose validation value or parameters stop being finite is
+    frozen out: its best value and parameters no longer change.
+
+    Args:
+      step: ``(params, opt_state, x) -> (params, opt_state, train_value [M])`` for the whole ensemble.
+      validate: ``params -> [M]`` validation objective.
+      params: Stacked initial parameters, leading axis = members (M).
+      opt_state: The optimiser state of the ensemble.
+      block_inputs: A pytree of per-step inputs ``x``, leaves ``[blocks, steps_per_block, ...]``.
+      progress: Optional host callback called with the block index after each block.
+
+    Returns:
+      ``(best_params, best_value [M], finite [M], train_curve [blocks, M], val_curve [blocks, M])``;
+      the training curve holds each block's last training value.
+
+    """
+    v0 = validate(params)
+    v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
+
+    def inner(carry, x):
+        p_, s_, _ = carry
+        return step(p_, s_, x), None
+
+    def block(carry, xs):
+        x, index = xs
+        p_, s_, last, best_p, best_v, finite = carry
+        (p_, s_, last), _ = jax.lax.scan(inner, (p_, s_, last), x)
+        v = validate(p_)
+        finite = finite & jnp.isfinite(v) & finite_members(p_)
+        v = jnp.where(finite, v, -jnp.inf)
+        better = v > best_v
+        best_p = where_members(better, p_, best_p)
+        best_v = jnp.where(better, v, best_v)
+        if progress is not None:
+            jax.debug.callback(progress, index)
+        return (p_, s_, last, best_p, best_v, finite), (last, v)
+
+    blocks = jax.tree.leaves(block_inputs)[0].shape[0]
+    carry = (params, opt_state, v0, params, v0, jnp.ones(v0.shape, bool))
+    (*_, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
+        block, carry, (block_inputs, jnp.arange(blocks))
+    )
+    return best_p, best_v, finite, train_c, val_c
+
+
 @functools.partial(
     jax.jit,
     static_argnames=(
@@ -162,8 +240,10 @@ def _train_jit(
         return objective.value(apply_fn(graphdef, p_, r_, xp), apply_fn(graphdef, p_, r_, xq))
 
     def member_loss(p_, r_, xp, xq):
+        # Minus the objective plus its penalty, and the objective itself (the training curve).
         h_p, h_q = apply_fn(graphdef, p_, r_, xp), apply_fn(graphdef, p_, r_, xq)
-        return -objective.value(h_p, h_q) + objective.penalty(h_p, h_q)
+        value = objective.value(h_p, h_q)
+        return -value + objective.penalty(h_p, h_q), value
 
     def batch(k):
         if sampler is not None:
@@ -179,50 +259,41 @@ def _train_jit(
     if optimizer == "lbfgs":
 
         def member_step(p_, r_, s_, xp, xq):
-            fn = lambda pp: member_loss(pp, r_, xp, xq)  # noqa: E731
-            value, grad = optax.value_and_grad_from_state(fn)(p_, state=s_)
-            updates, s_ = tx.update(grad, s_, p_, value=value, grad=grad, value_fn=fn)
-            return optax.apply_updates(p_, updates), s_, -value
+            fn = lambda pp: member_loss(pp, r_, xp, xq)[0]  # noqa: E731
+            loss, grad = optax.value_and_grad_from_state(fn)(p_, state=s_)
+            updates, s_ = tx.update(grad, s_, p_, value=loss, grad=grad, value_fn=fn)
+            # The training curve shows -loss here (the objective less its penalty, if any): L-BFGS's
+            # value_fn must return the scalar loss alone.
+            return optax.apply_updates(p_, updates), s_, -loss
 
+        state_axes = 0
     else:
 
         def member_step(p_, r_, s_, xp, xq):
-            value, grad = jax.value_and_grad(lambda pp: member_loss(pp, r_, xp, xq))(p_)
+            (_, value), grad = jax.value_and_grad(member_loss, has_aux=True)(p_, r_, xp, xq)
             updates, s_ = tx.update(grad, s_, p_)
-            return optax.apply_updates(p_, updates), s_, -value
+            return optax.apply_updates(p_, updates), s_, value
 
-    vstep = jax.vmap(member_step, in_axes=(0, 0, 0, None, None))
+        state_axes = lockstep_state_axes(tx, params)
+
+    vstep = jax.vmap(
+        member_step, in_axes=(0, 0, state_axes, None, None), out_axes=(0, state_axes, 0)
+    )
     vval = jax.vmap(member_value, in_axes=(0, 0, None, None))
 
-    def step(carry, k):
-        p_, s_ = carry
+    def step(p_, s_, k):
         xp, xq = batch(k)
-        p_, s_, value = vstep(p_, rest, s_, xp, xq)
-        return (p_, s_), value
+        return vstep(p_, rest, s_, xp, xq)
 
-    def block(carry, xs):
-        k, index = xs
-        p_, s_, best_p, best_v, finite = carry
-        (p_, s_), values = jax.lax.scan(step, (p_, s_), jax.random.split(k, eval_every))
-        v = vval(p_, rest, val_p, val_q)
-        ok = jnp.isfinite(v) & finite_members(p_)
-        finite = finite & ok
-        v = jnp.where(finite, v, -jnp.inf)
-        better = v > best_v
-        best_p = where_members(better, p_, best_p)
-        best_v = jnp.where(better, v, best_v)
-        if progress is not None:
-            jax.debug.callback(progress, index)
-        return (p_, s_, best_p, best_v, finite), (values[-1], v)
-
-    opt_state = jax.vmap(tx.init)(params)
-    members = jax.tree.leaves(params)[0].shape[0]
-    best_v0 = vval(params, rest, val_p, val_q)
-    best_v0 = jnp.where(jnp.isfinite(best_v0), best_v0, -jnp.inf)
-    carry = (params, opt_state, params, best_v0, jnp.ones((members,), bool))
     n_blocks = max(steps // eval_every, 1)
-    (_, _, best_p, best_v, finite), (train_v, val_v) = jax.lax.scan(
-        block, carry, (jax.random.split(key, n_blocks), jnp.arange(n_blocks))
+    step_keys = jax.vmap(lambda k: jax.random.split(k, eval_every))(jax.random.split(key, n_blocks))
+    best_p, best_v, finite, train_v, val_v = early_stopping_scan(
+        step,
+        lambda p_: vval(p_, rest, val_p, val_q),
+        params,
+        jax.vmap(tx.init, out_axes=state_axes)(params),
+        step_keys,
+        progress=progress,
     )
     return TrainOutput(best_p, best_v, TrainTrace(train_v, val_v), finite)
 

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from cbdp_jax import analytic
+from cbdp_jax import InvalidParameterError, analytic
 from cbdp_jax.adversaries import AdversarySpec
 from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, make_mechanism
 from cbdp_jax.sweep import (
@@ -74,6 +74,18 @@ def test_linear_sweep_matches_exact_kl_and_renyi():
         assert row["objective"] == "renyi_scale_free"
         assert row["divergence"] == f"Renyi(alpha={row['alpha']:g})"
         _check_against_exact(row, LAPLACE_LIN_RENYI[row["alpha"]], shortfall=0.01)
+
+
+def test_other_prng_implementations_train_to_the_exact_value_and_keys_must_match():
+    # The README suggests a cheaper PRNG for fresh-sample training; the estimate must stay correct.
+    config = SweepConfig(steps=1500, eval_every=100, batch_size=2048, test_samples=200_000)
+    mech = LaplaceMechanism(epsilon=1.0)
+    key = jax.random.key(2, impl="rbg")
+    (row,) = estimate_sweep(key, mech, adversaries="linear", config=config)
+    _check_against_exact(row, analytic.laplace_lin_kl(1.0), shortfall=0.01)
+    training = train_sweep(key, mech, adversaries="linear", config=SMALL)
+    with pytest.raises(InvalidParameterError, match="key is invalid: its PRNG implementation"):
+        evaluate_sweep(jax.random.key(3), training)
 
 
 def test_traced_alpha_gives_the_closed_forms_of_the_float_alpha():

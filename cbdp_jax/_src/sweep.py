@@ -976,6 +976,14 @@ def evaluate_sweep(
 
     """
     check_key(key)
+    impl = str(jax.random.key_impl(key))
+    trained_impl = training.batches[0].static.key_impl if training.batches else impl
+    if impl != trained_impl:
+        raise InvalidParameterError(
+            f"key is invalid: its PRNG implementation is {impl!r} but the sweep was trained with "
+            f"{trained_impl!r}; evaluate with a key of the same implementation, e.g. "
+            f"jax.random.key(seed, impl={trained_impl!r})"
+        )
     config = training.config
     n = check_int_at_least(
         "test_samples", config.test_samples if test_samples is None else test_samples, 2
@@ -986,7 +994,7 @@ def evaluate_sweep(
         training.divergence,
         training.convention,
         config,
-        str(jax.random.key_impl(key)),
+        impl,
     )
     _, sharding = _mesh(training.devices)
     rows: list[dict[str, Any]] = []

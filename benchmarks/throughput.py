@@ -74,8 +74,9 @@ def prepare(
     (group,) = plan.groups
     inputs = jax.tree.map(jax.numpy.asarray, S._member_arrays(plan, group.members, key))
     noise = jax.numpy.asarray(jax.random.key_data(jax.random.key(1)))
+    z = jax.numpy.asarray(1.645, jax.numpy.float32)
     params, rest = S._init_program(inputs, spec=group.specs[0], static=group.static)
-    return {"static": group.static, "args": (inputs, params, rest, noise)}
+    return {"static": group.static, "args": (inputs, params, rest, noise, z)}
 
 
 def measure(
@@ -107,7 +108,7 @@ def measure(
     _common.block(vmapped(*args))
 
     def one(i):
-        return jax.tree.map(lambda x: x[i : i + 1], args[:3]) + (args[3],)
+        return jax.tree.map(lambda x: x[i : i + 1], args[:3]) + args[3:]
 
     singles = _common.block([one(i) for i in range(ensemble)])
     t0 = time.perf_counter()

@@ -34,7 +34,7 @@ from cbdp_jax._src.evaluation import (
     z_quantile,
 )
 from cbdp_jax._src.io import environment_info, to_json
-from cbdp_jax._src.objectives import conservative_fit
+from cbdp_jax._src.objectives import conservative_fit, objective_functions
 from cbdp_jax._src.training import (
     OPTIMIZERS,
     ObjectiveKey,
@@ -292,18 +292,18 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
     fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
     h_p = apply_fn(graphdef, params_m, rest_m, fit_p)
     h_q = apply_fn(graphdef, params_m, rest_m, fit_q)
-    fscale, fshift = (float(v) for v in objective.fit(h_p, h_q))
+    fscale, fshift = objective.fit(h_p, h_q)
     z = z_quantile(1.0 - delta)
     fscale, fshift = conservative_fit(
         objective.kind,
-        div,
+        objective_functions(objective.kind, div.name, div.convention).conjugate,
         apply_fn(graphdef, params_m, rest_m, prob.val[0]),
         apply_fn(graphdef, params_m, rest_m, prob.val[1]),
         fscale,
         fshift,
         z,
+        div.alpha,
     )
-    fscale, fshift = jnp.asarray(fscale, dtype), jnp.asarray(fshift, dtype)
 
     def evaluate(p_chunks, q_chunks) -> HeldOut:
         return evaluate_fixed(

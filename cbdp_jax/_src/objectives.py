@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from cbdp_jax._src.adversaries import AdversarySpec
 from cbdp_jax._src.divergences import (
@@ -114,8 +113,12 @@ def _renyi_sign_and_scale_fit(h_p, h_q, alpha):
 OBJECTIVE_KINDS = ("dv", "renyi_scale_free", "fform")
 
 
+@functools.cache
 def objective_functions(kind: str, divergence: str, convention: str = "abs") -> ObjectiveFunctions:
     """The functions of objective ``kind`` (see :data:`OBJECTIVE_KINDS`) for divergence ``divergence``.
+
+    Cached: the same arguments return the same functions, so programs compiled with them as static
+    arguments are reused.
 
     Raises:
       InvalidParameterError: For an unknown kind, or a tight kind that does not fit the divergence
@@ -172,62 +175,66 @@ def choose_objective(div: Divergence, spec: AdversarySpec, *, tight: bool = True
     )
 
 
+CONSERVATIVE_CANDIDATES = 41
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "conjugate"))
 def conservative_fit(
     kind: str,
-    div: Divergence,
-    h_p_val: np.ndarray,
-    h_q_val: np.ndarray,
-    scale: float,
-    shift: float,
+    conjugate: Callable[[jax.Array, Any], jax.Array],
+    h_p_val: jax.Array,
+    h_q_val: jax.Array,
+    scale: jax.Array,
+    shift: jax.Array,
     z: float,
-) -> tuple[float, float]:
+    alpha: Any = None,
+) -> tuple[jax.Array, jax.Array]:
     """Moves the fitted scale (alpha family) or constant (KL) to maximise a validation lower bound.
 
     The closed-form fit maximises the *mean* of the f-form; under heavy tails (f*(h) with huge or
     infinite variance under Q, MATH.md section 9) that point has a useless confidence bound. The f-form
     of t * h (or h + c) is concave in t (or c), and shrinking t (lowering c) cuts the variance of
-    f*(h) fast while costing little value, so we search a grid below the closed-form point for the
-    largest value - z * SE on VALIDATION samples (never the test samples). The closed-form point is in
-    the grid, so light-tailed problems keep it.
+    f*(h) fast while costing little value, so we search a grid below the closed-form point -- t * 2^(-k/2)
+    or c - k/4, k = 0..40 -- for the largest value - z * SE on VALIDATION samples (never the test
+    samples). The closed-form point (k = 0) is in the grid and wins ties, so light-tailed problems keep
+    it; a candidate with a non-finite term is skipped. Pure and traceable: the sweep vmaps it over its
+    members with a traced ``alpha``; the estimator calls it once.
 
     Args:
       kind: The objective kind (``'dv'``, ``'renyi_scale_free'``; others are returned unchanged).
-      div: The divergence.
+      conjugate: ``(s, alpha) -> f*(s)`` (:attr:`ObjectiveFunctions.conjugate`; static: pass the cached
+        function of :func:`objective_functions` so that calls share one compilation).
       h_p_val: Raw adversary outputs on validation samples of P, ``[n]``.
       h_q_val: Raw adversary outputs on validation samples of Q, ``[m]``.
       scale: The closed-form scale.
       shift: The closed-form shift.
       z: The normal quantile of the bound.
+      alpha: The order passed to ``conjugate`` (None for KL).
 
     Returns:
-      ``(scale, shift)``.
+      ``(scale, shift)``, scalars of the outputs' dtype.
 
     """
-    hp = np.asarray(h_p_val, np.float64)
-    hq = np.asarray(h_q_val, np.float64)
-    if kind == "renyi_scale_free":
-        candidates = [(scale * 2.0 ** (-k / 2.0), shift) for k in range(41)]
-    elif kind == "dv":
-        candidates = [(scale, shift - 0.25 * k) for k in range(41)]
-    else:
+    h_p_val, h_q_val = jnp.asarray(h_p_val), jnp.asarray(h_q_val)
+    dt = h_p_val.dtype
+    scale, shift = jnp.asarray(scale, dt), jnp.asarray(shift, dt)
+    if kind not in ("dv", "renyi_scale_free"):
         return scale, shift
-    best, best_lcb = (scale, shift), -np.inf
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t, c in candidates:
-            a = t * hp + c
-            b = np.asarray(
-                div.conjugate(
-                    jnp.asarray(
-                        t * hq + c, jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-                    )
-                ),
-                np.float64,
-            )
-            if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-                continue
-            value = a.mean() - b.mean()
-            se = np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
-            lcb = value - z * se
-            if np.isfinite(lcb) and lcb > best_lcb:
-                best, best_lcb = (t, c), lcb
-    return best
+    k = jnp.arange(CONSERVATIVE_CANDIDATES, dtype=dt)
+    if kind == "renyi_scale_free":
+        scales, shifts = scale * 2.0 ** (-k / 2.0), jnp.full_like(k, shift)
+    else:
+        scales, shifts = jnp.full_like(k, scale), shift - 0.25 * k
+
+    def lower_bound(candidate):
+        t, c = candidate
+        a = t * h_p_val + c
+        b = conjugate(t * h_q_val + c, alpha)
+        se = jnp.sqrt(jnp.var(a, ddof=1) / a.size + jnp.var(b, ddof=1) / b.size)
+        lcb = jnp.mean(a) - jnp.mean(b) - z * se
+        ok = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(b)) & jnp.isfinite(lcb)
+        return jnp.where(ok, lcb, -jnp.inf)
+
+    # lax.map: one candidate at a time, so memory stays that of one validation pass.
+    best = jnp.argmax(jax.lax.map(lower_bound, (scales, shifts)))
+    return scales[best], shifts[best]

@@ -69,7 +69,12 @@ from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
 from cbdp_jax._src.divergences import get_divergence
 from cbdp_jax._src.evaluation import HeldOut, Moments, summarize, z_quantile
 from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
-from cbdp_jax._src.objectives import ObjectiveFunctions, choose_objective, objective_functions
+from cbdp_jax._src.objectives import (
+    ObjectiveFunctions,
+    choose_objective,
+    conservative_fit,
+    objective_functions,
+)
 from cbdp_jax._src.training import apply_fn, early_stopping_scan, lockstep_state_axes
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -375,7 +380,7 @@ def _member_keys(static: _Static, key_data) -> tuple[jax.Array, jax.Array, jax.A
 
 
 def _train_batch(
-    static: _Static, inputs: MemberInputs, params, rest, noise_key_data
+    static: _Static, inputs: MemberInputs, params, rest, noise_key_data, z
 ) -> MemberTraining:
     """Trains a batch of members on fresh minibatches with early stopping; see the module docstring.
 
@@ -441,6 +446,16 @@ def _train_batch(
         return objective.fit(h_p, h_q, inp.alpha.astype(dt))
 
     scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
+
+    # As the estimator: move the fitted scale / constant to the point with the best validation lower
+    # bound (objectives.conservative_fit; matters under heavy tails).
+    def conservative(p_, r_, inp, x, scale_, shift_):
+        h_p, h_q = _outputs(static, p_, r_, x)
+        conj = objective.conjugate
+        alpha = inp.alpha.astype(dt)
+        return conservative_fit(static.objective, conj, h_p, h_q, scale_, shift_, z, alpha)
+
+    scale, shift = jax.vmap(conservative)(best_p, rest, inputs, val_x, scale, shift)
     return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T)
 
 
@@ -503,10 +518,10 @@ def _select_members(index, trees):
 
 @functools.partial(jax.jit, static_argnames=("static",))
 def _train_program(
-    inputs: MemberInputs, params, rest, noise_key_data, *, static: _Static
+    inputs: MemberInputs, params, rest, noise_key_data, z, *, static: _Static
 ) -> MemberTraining:
     TRACE_COUNT["train"] += 1
-    return _train_batch(static, inputs, params, rest, noise_key_data)
+    return _train_batch(static, inputs, params, rest, noise_key_data, z)
 
 
 @functools.partial(jax.jit, static_argnames=("static", "chunk"))
@@ -734,6 +749,7 @@ def _train_batches(
     k_members, k_noise = jax.random.split(key)
     replicated = NamedSharding(sharding.mesh, PartitionSpec())
     noise_key_data = _put(np.asarray(jax.random.key_data(k_noise)), replicated)
+    z = _put(np.asarray(z_quantile(plan.config.confidence), plan.config.dtype), replicated)
     for group in plan.groups:
         static = group.static
         for idx in _batches(group.members, max_batch, len(devices)):
@@ -745,7 +761,7 @@ def _train_batches(
             else:
                 which = [group.specs.index(plan.members[i].adversary) for i in idx]
                 params, rest = _select_members(_put(np.asarray(which), sharding), inits)
-            output = _train_program(inputs, params, rest, noise_key_data, static=static)
+            output = _train_program(inputs, params, rest, noise_key_data, z, static=static)
             n_real = len(dict.fromkeys(idx))
             yield TrainedBatch(static, idx, n_real, inputs, output)
 

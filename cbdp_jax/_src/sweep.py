@@ -17,7 +17,8 @@ Per member (MATH.md section 9), exactly as :func:`cbdp_jax.estimator.estimate` w
 - The training objective is the tight form where the class allows it (Donsker-Varadhan for KL; the
   scale-free Renyi form for cones) written with alpha as an array; early stopping keeps the parameters of
   the best value on a fixed validation sample, on which the constant (KL) or the sign and scale (alpha
-  family) of the plain f-form are then fitted in closed form.
+  family) of the plain f-form are then fitted in closed form and moved, as in the estimator, to the point
+  of the best validation lower confidence bound (:func:`~cbdp_jax._src.objectives.conservative_fit`).
 - That fixed function is evaluated on independent fresh test samples streamed in chunks of
   ``eval_chunk`` rows per member; the chunk moments are merged on the host in float64
   (:class:`~cbdp_jax._src.evaluation.Moments`), giving the held-out estimate, its standard error and a

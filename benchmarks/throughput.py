@@ -31,6 +31,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cbdp_jax._src import sweep as S  # noqa: E402
+from cbdp_jax._src.evaluation import z_quantile  # noqa: E402
 from cbdp_jax.mechanisms import LaplaceMechanism  # noqa: E402
 
 # The headline setting: 256 linear adversaries, 16 fresh samples per side per step, 1000 steps (one
@@ -74,7 +75,7 @@ def prepare(
     (group,) = plan.groups
     inputs = jax.tree.map(jax.numpy.asarray, S._member_arrays(plan, group.members, key))
     noise = jax.numpy.asarray(jax.random.key_data(jax.random.key(1)))
-    z = jax.numpy.asarray(1.645, jax.numpy.float32)
+    z = jax.numpy.asarray(z_quantile(config.confidence), jax.numpy.float32)
     params, rest = S._init_program(inputs, spec=group.specs[0], static=group.static)
     return {"static": group.static, "args": (inputs, params, rest, noise, z)}
 

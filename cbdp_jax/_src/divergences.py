@@ -97,7 +97,17 @@ def alpha_exponent(alpha: float) -> float:
 
 def alpha_conjugate_constant(alpha: float) -> float:
     """C_a = (alpha - 1)^A / alpha, with A = alpha / (alpha - 1) (paper Lemma 3; MATH.md section 2)."""
-    return math.exp(alpha_exponent(alpha) * math.log(alpha - 1.0) - math.log(alpha))
+    return math.exp(_log_alpha_conjugate_constant(alpha))
+
+
+def _log_alpha_conjugate_constant(alpha):
+    """The log of C_a: double precision for a Python float, elementwise for an array (traced orders)."""
+    return alpha_exponent(alpha) * _log(alpha - 1.0) - _log(alpha)
+
+
+def _log(x):
+    """The log of a Python number in double precision (constants), of an array elementwise (traced)."""
+    return math.log(x) if isinstance(x, (int, float)) else jnp.log(x)
 
 
 def _alpha_f(alpha: float) -> Callable[[jax.Array], jax.Array]:
@@ -105,11 +115,6 @@ def _alpha_f(alpha: float) -> Callable[[jax.Array], jax.Array]:
         return (jnp.abs(t) ** alpha - 1.0) / (alpha * alpha - alpha)
 
     return f
-
-
-def _log(x):
-    """The log of a Python number in double precision (constants), of an array elementwise (traced)."""
-    return math.log(x) if isinstance(x, (int, float)) else jnp.log(x)
 
 
 def alpha_conjugate(s: ArrayLike, alpha: ArrayLike, convention: str = "abs") -> jax.Array:
@@ -124,7 +129,7 @@ def alpha_conjugate(s: ArrayLike, alpha: ArrayLike, convention: str = "abs") -> 
     if not jnp.issubdtype(s.dtype, jnp.inexact):
         s = s.astype(jnp.result_type(float))
     big_a = alpha_exponent(alpha)
-    log_c_a = big_a * _log(alpha - 1.0) - _log(alpha)
+    log_c_a = _log_alpha_conjugate_constant(alpha)
     base = jnp.abs(s) if convention == "abs" else jnp.maximum(s, 0.0)
     positive = base > 0
     safe = jnp.where(positive, base, 1.0)

@@ -386,8 +386,9 @@ def _train_batch(
     """Trains a batch of members on fresh minibatches with early stopping; see the module docstring.
 
     :func:`~cbdp_jax._src.training.early_stopping_scan` (``lax.scan`` over blocks of ``lax.scan`` over
-    steps, as the estimator's training) with ``jax.vmap`` over the members inside each step. With ``static.shared_noise`` the step's
-    standard noise is drawn once, outside the vmap, and every member scales it by its own noise scale.
+    steps, as the estimator's training) with ``jax.vmap`` over the members inside each step. With
+    ``static.shared_noise`` the step's standard noise is drawn once, outside the vmap, and every member
+    scales it by its own noise scale.
     """
     dt = jnp.dtype(static.dtype)
     _, k_val, k_train = jax.vmap(functools.partial(_member_keys, static))(inputs.key_data)
@@ -443,20 +444,15 @@ def _train_batch(
     )
 
     def fit(p_, r_, inp, x):
+        # The closed-form scale / constant, then, as in the estimator, the point of the best validation
+        # lower bound (objectives.conservative_fit; matters under heavy tails). One forward pass.
         h_p, h_q = _outputs(static, p_, r_, x)
-        return objective.fit(h_p, h_q, inp.alpha.astype(dt))
+        alpha = inp.alpha.astype(dt)
+        scale, shift = objective.fit(h_p, h_q, alpha)
+        conj = objective.conjugate
+        return conservative_fit(static.objective, conj, h_p, h_q, scale, shift, z, alpha)
 
     scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
-
-    # As the estimator: move the fitted scale / constant to the point with the best validation lower
-    # bound (objectives.conservative_fit; matters under heavy tails).
-    def conservative(p_, r_, inp, x, scale_, shift_):
-        h_p, h_q = _outputs(static, p_, r_, x)
-        conj = objective.conjugate
-        alpha = inp.alpha.astype(dt)
-        return conservative_fit(static.objective, conj, h_p, h_q, scale_, shift_, z, alpha)
-
-    scale, shift = jax.vmap(conservative)(best_p, rest, inputs, val_x, scale, shift)
     return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T)
 
 

@@ -10,6 +10,34 @@ from typing import Any
 from cbdp_jax._src.io import atomic_savefig, atomic_write_csv, atomic_write_json, environment_info
 
 
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (experiments write files, never windows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def estimator_config(quick: bool, *, full_steps: int):
+    """The estimator budget shared by the theorem experiments.
+
+    Quick: 400 Adam steps, 2 adversaries, minibatch 1024 (a minute or so per experiment on 2 CPU cores).
+    Full: ``full_steps`` steps, 4 adversaries, minibatch 4096. Validation every 100 steps in both.
+    """
+    from cbdp_jax.estimator import EstimatorConfig
+
+    if quick:
+        return EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
+    return EstimatorConfig(steps=full_steps, eval_every=100, ensemble=4, batch_size=4096)
+
+
+def budget_summary(config: Any) -> dict[str, Any]:
+    """The part of an :class:`~cbdp_jax.estimator.EstimatorConfig` a summary JSON records."""
+    return {"steps": config.steps, "ensemble": config.ensemble, "batch": config.batch_size}
+
+
 def check(claim: str, holds: bool, detail: str = "") -> dict[str, Any]:
     """One claim an experiment tests, with whether it held and the numbers behind it."""
     return {"claim": claim, "holds": bool(holds), "detail": detail}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax.experiments._common import Timer, check, pyplot, save_outputs
 
 # Orders for the exact curves: (1, 2) is included (the exact values exist there; the bounds need
 # alpha >= 2). EXTENDED reaches alpha = 50 for the "eventually decreasing" question of Figs 1b / 2b.
@@ -120,15 +120,6 @@ def _exact_curve(setting: Setting, alphas, degree: int):
     )
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _fmt(x: float | None) -> str:
     return "none in [2, 50]" if x is None else f"{x:.3f}"
 
@@ -149,7 +140,7 @@ def lin_figure(
     quick: bool,
 ) -> dict[str, Any]:
     """Figure 1a / 2a: two panels (the paper's setting and one where the printed bound fails)."""
-    plt = _plt()
+    plt = pyplot()
     alphas = QUICK_ALPHAS if quick else ALPHAS
     fine = np.linspace(2.0, 10.0, 161)
     rows: list[dict[str, Any]] = []
@@ -345,7 +336,7 @@ def poly_figure(
 
     ``expected_peaks`` holds MATH.md's measured peak orders (None: still rising at alpha = 50).
     """
-    plt = _plt()
+    plt = pyplot()
     base = QUICK_ALPHAS if quick else ALPHAS
     alphas = np.array(base + (QUICK_EXTENDED if quick else EXTENDED))
     rows: list[dict[str, Any]] = []

@@ -21,14 +21,21 @@ held-out sample dominates the variance) counts as the trivial bound 0.
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax._src.evaluation import z_quantile
+from cbdp_jax.experiments._common import (
+    Timer,
+    budget_summary,
+    check,
+    estimator_config,
+    pyplot,
+    save_outputs,
+)
 
 NAME = "capacity_curve"
 WIDTHS = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -112,22 +119,15 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax.adversaries import make_adversary
     from cbdp_jax.checkpoint import UnitStore
-    from cbdp_jax.estimator import EstimatorConfig, estimate
+    from cbdp_jax.estimator import estimate
     from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism
 
-    if quick:
-        samples = 20_000
-        config = EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
-    else:
-        samples = 100_000
-        config = EstimatorConfig(steps=2000, eval_every=100, ensemble=4, batch_size=4096)
+    config = estimator_config(quick, full_steps=2000)
+    samples = 20_000 if quick else 100_000
     mode = "quick" if quick else "full"
     classes = _classes(quick)
     mechs = _mechanisms(quick)
@@ -139,8 +139,8 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
                 uid = f"{mode}|{_mech_label(family, param)}|{_div_label(div, alpha)}|{cls}"
                 units[uid] = (mi, di, ci, family, param, div, alpha, cls, options)
     n_compare = 2 * len(units) + len(mechs) * len(divs)
-    z = statistics.NormalDist().inv_cdf(config.confidence)
-    z_fw = statistics.NormalDist().inv_cdf(1.0 - 0.05 / n_compare)
+    z = z_quantile(config.confidence)
+    z_fw = z_quantile(1.0 - 0.05 / n_compare)
     key = jax.random.key(2019_1212)
 
     def compute(uid: str) -> dict[str, Any]:
@@ -273,7 +273,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "units_cached": len(cached),
         "unit_store": str(store.folder),
         "samples": samples,
-        "config": {"steps": config.steps, "ensemble": config.ensemble, "batch": config.batch_size},
+        "config": budget_summary(config),
         "familywise_z": z_fw,
         "seconds": timer.seconds,
     }

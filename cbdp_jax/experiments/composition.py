@@ -28,14 +28,21 @@ bound with them is a coverage event: the checks use a Bonferroni lower bound, es
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax._src.evaluation import z_quantile
+from cbdp_jax.experiments._common import (
+    Timer,
+    budget_summary,
+    check,
+    estimator_config,
+    pyplot,
+    save_outputs,
+)
 
 NAME = "composition"
 
@@ -82,19 +89,16 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    import matplotlib
+    plt = pyplot()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from cbdp_jax.estimator import EstimatorConfig, estimate
+    from cbdp_jax.estimator import estimate
     from cbdp_jax.mechanisms import JointRelease, NeighbouringPair, canonical_pair
 
+    config = estimator_config(quick, full_steps=3000)
     if quick:
         cases = ((("laplace", 1.0), ("laplace", 0.5)),)
         settings = (("kl", None, 1), ("kl", None, 2), ("renyi", 2.0, 1))
         samples = 20_000
-        config = EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
     else:
         cases = ((("laplace", 1.0), ("laplace", 0.5)), (("laplace", 1.0), ("gaussian", 1.0)))
         settings = tuple(
@@ -103,12 +107,11 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             for deg in (1, 2)
         )
         samples = 200_000
-        config = EstimatorConfig(steps=3000, eval_every=100, ensemble=4, batch_size=4096)
-    z = statistics.NormalDist().inv_cdf(config.confidence)
+    z = z_quantile(config.confidence)
     # Several bounds are attained (sequential KL is additive; a parallel pair equals one component), so
     # each comparison is a coverage event: use a Bonferroni lower bound over all of them (5% family-wise).
     n_compare = len(cases) * len(settings) * 3
-    z_fw = statistics.NormalDist().inv_cdf(1.0 - 0.05 / n_compare)
+    z_fw = z_quantile(1.0 - 0.05 / n_compare)
     key = jax.random.key(2019_0304)
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
@@ -241,7 +244,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "checks": checks,
         "quick": quick,
         "samples": samples,
-        "config": {"steps": config.steps, "ensemble": config.ensemble, "batch": config.batch_size},
+        "config": budget_summary(config),
         "seconds": timer.seconds,
         "note": "additive network classes are not expressible with AdversarySpec; linear and "
         "per-coordinate polynomial classes are additive",

@@ -27,14 +27,22 @@ values it is compared with, so each comparison is a coverage event.
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, result_row, save_outputs
+from cbdp_jax._src.evaluation import z_quantile
+from cbdp_jax.experiments._common import (
+    Timer,
+    budget_summary,
+    check,
+    estimator_config,
+    pyplot,
+    result_row,
+    save_outputs,
+)
 
 NAME = "convexity"
 EPS_A = 2.0  # Laplace component (KL part)
@@ -160,29 +168,25 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax import analytic
     from cbdp_jax.adversaries import make_adversary
-    from cbdp_jax.estimator import EstimatorConfig, estimate
+    from cbdp_jax.estimator import estimate
     from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, Mixture
 
+    config = estimator_config(quick, full_steps=3000)
     if quick:
         lambdas = (0.0, 0.25, 0.5, 0.75, 1.0)
         samples = 20_000
-        config = EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
     else:
         lambdas = tuple(np.round(np.linspace(0.0, 1.0, 11), 2))
         samples = 200_000
-        config = EstimatorConfig(steps=3000, eval_every=100, ensemble=4, batch_size=4096)
-    z = statistics.NormalDist().inv_cdf(config.confidence)
+    z = z_quantile(config.confidence)
     # Lower bounds are compared with exact values that the network class nearly attains, so each
     # comparison is a coverage event: checks use a Bonferroni lower bound, 5% family-wise.
     n_compare = 2 * len(lambdas) + 2
-    z_fw = statistics.NormalDist().inv_cdf(1.0 - 0.05 / n_compare)
+    z_fw = z_quantile(1.0 - 0.05 / n_compare)
 
     def lb_fw(res) -> float:
         # A bound the estimator flags unreliable (one sample dominates the variance) is the trivial 0.
@@ -392,7 +396,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "quick": quick,
         "lambdas": list(lambdas),
         "samples": samples,
-        "config": {"steps": config.steps, "ensemble": config.ensemble, "batch": config.batch_size},
+        "config": budget_summary(config),
         "seconds": timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)

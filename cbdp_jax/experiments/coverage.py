@@ -15,17 +15,19 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax.experiments._common import (
+    Timer,
+    check,
+    pyplot,
+    save_outputs,
+)
 
 CASES = (("laplace", "kl", None), ("laplace", "renyi", 4.0), ("gaussian", "renyi", 4.0))
 
 
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     """Runs the coverage study; returns the summary with its checks."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax import exact
     from cbdp_jax.estimator import EstimatorConfig, estimate

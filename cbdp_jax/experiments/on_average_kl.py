@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax._src.evaluation import z_quantile
+from cbdp_jax.experiments._common import (
+    Timer,
+    check,
+    estimator_config,
+    pyplot,
+    save_outputs,
+)
 
 NAME = "on_average_kl"
 N_DATA = 20
@@ -239,26 +245,22 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax.adversaries import make_adversary
-    from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
+    from cbdp_jax.estimator import estimate_from_samples
 
+    config = estimator_config(quick, full_steps=2000)
     if quick:
         gammas = (0.1, 0.3, 1.0, 3.0, 10.0)
         draws, grid_size, test_points = 500, 2001, 200
         lib_gammas = {MEAN.name: (10.0,), REGRESSION.name: (3.0,)}
         lib_draws, lib_samples = 1, 20_000
-        config = EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
     else:
         gammas = tuple(float(g) for g in np.geomspace(0.03, 30.0, 10))
         draws, grid_size, test_points = 3000, 4001, 1000
         lib_gammas = {MEAN.name: (1.4, 6.5, 14.0), REGRESSION.name: (1.4, 6.5, 14.0)}
         lib_draws, lib_samples = 3, 100_000
-        config = EstimatorConfig(steps=2000, eval_every=100, ensemble=4, batch_size=4096)
     examples = (MEAN, REGRESSION)
     # Library estimates at the grid values nearest to the targets (per-draw KL up to a few nats: at
     # larger KL a network adversary overfits and its held-out value collapses).
@@ -269,7 +271,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     classes = (("network", make_adversary("mlp", width=32, depth=2)), ("linear", "linear"))
     n_lib = sum(len(v) for v in lib_gammas.values()) * lib_draws * len(classes)
     n_compare = 2 * len(examples) * len(gammas) + n_lib
-    z_fw = statistics.NormalDist().inv_cdf(1.0 - 0.05 / n_compare)
+    z_fw = z_quantile(1.0 - 0.05 / n_compare)
     rng = np.random.default_rng(2016_05)
     key = jax.random.key(2016)
     rows: list[dict[str, Any]] = []

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax._src.evaluation import z_quantile
+from cbdp_jax.experiments._common import (
+    Timer,
+    budget_summary,
+    check,
+    estimator_config,
+    pyplot,
+    save_outputs,
+)
 
 NAME = "pinsker_generalization"
 WIDTH, DEPTH = 32, 2
@@ -121,7 +128,7 @@ def ipm_estimate(
     hq = np.asarray(model(q_te), dtype=np.float64)
     est = float(hp.mean() - hq.mean())
     se = math.sqrt(hp.var(ddof=1) / hp.size + hq.var(ddof=1) / hq.size)
-    z = statistics.NormalDist().inv_cdf(confidence)
+    z = z_quantile(confidence)
     return {
         "estimate": est,
         "std_error": se,
@@ -173,32 +180,28 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax import analytic
     from cbdp_jax.adversaries import make_adversary
-    from cbdp_jax.estimator import EstimatorConfig, estimate
+    from cbdp_jax.estimator import estimate
     from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, canonical_pair
 
+    config = estimator_config(quick, full_steps=3000)
     if quick:
         settings = (("laplace", 0.5), ("laplace", 2.0), ("gaussian", 1.0))
         samples = 20_000
-        config = EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
         ipm_steps, datasets = 400, 20_000
     else:
         settings = tuple(("laplace", e) for e in (0.25, 0.5, 1.0, 2.0, 4.0)) + tuple(
             ("gaussian", s) for s in (0.5, 1.0, 2.0, 4.0)
         )
         samples = 200_000
-        config = EstimatorConfig(steps=3000, eval_every=100, ensemble=4, batch_size=4096)
         ipm_steps, datasets = 3000, 400_000
     noise_scales = tuple(float(b) for b in np.geomspace(0.003, 1.0, 6 if quick else 11))
-    z = statistics.NormalDist().inv_cdf(config.confidence)
+    z = z_quantile(config.confidence)
     n_compare = 2 * len(settings) + 2 * len(noise_scales)
-    z_fw = statistics.NormalDist().inv_cdf(1.0 - 0.05 / n_compare)
+    z_fw = z_quantile(1.0 - 0.05 / n_compare)
     spec = make_adversary("mlp", width=WIDTH, depth=DEPTH, bound=1.0)
     key = jax.random.key(2019_0607)
     rows: list[dict[str, Any]] = []
@@ -365,7 +368,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "quick": quick,
         "samples": samples,
         "datasets": datasets,
-        "config": {"steps": config.steps, "ensemble": config.ensemble, "batch": config.batch_size},
+        "config": budget_summary(config),
         "familywise_z": z_fw,
         # The constant 8 cannot be replaced by Pinsker's sqrt(2) for restricted KL: report the largest
         # observed ratio of the two estimates.

@@ -22,7 +22,6 @@ Checks compare estimates with exact values through a Bonferroni lower bound, est
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, result_row, save_outputs
+from cbdp_jax._src.evaluation import z_quantile
+from cbdp_jax.experiments._common import (
+    Timer,
+    budget_summary,
+    check,
+    estimator_config,
+    pyplot,
+    result_row,
+    save_outputs,
+)
 
 NAME = "post_processing"
 EPSILON = 1.0
@@ -60,26 +68,19 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax import analytic, exact
-    from cbdp_jax.estimator import EstimatorConfig, estimate
+    from cbdp_jax.estimator import estimate
     from cbdp_jax.mechanisms import LaplaceMechanism, MatrixMechanism, PostProcessed
 
-    if quick:
-        samples = 20_000
-        config = EstimatorConfig(steps=400, eval_every=100, ensemble=2, batch_size=1024)
-    else:
-        samples = 200_000
-        config = EstimatorConfig(steps=3000, eval_every=100, ensemble=4, batch_size=4096)
-    z = statistics.NormalDist().inv_cdf(config.confidence)
+    config = estimator_config(quick, full_steps=3000)
+    samples = 20_000 if quick else 200_000
+    z = z_quantile(config.confidence)
     # Some compared quantities are equal in truth ((lin, KL) of clip(M) = KL(M)), so a comparison of a
     # lower bound with them is a coverage event: checks use a Bonferroni lower bound, 5% family-wise over
     # the N_COMPARE comparisons of estimates with exact values below.
-    z_fw = statistics.NormalDist().inv_cdf(1.0 - 0.05 / N_COMPARE)
+    z_fw = z_quantile(1.0 - 0.05 / N_COMPARE)
 
     def lb_fw(res) -> float:
         # A bound the estimator flags unreliable (one sample dominates the variance) is the trivial 0.
@@ -280,7 +281,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "checks": checks,
         "quick": quick,
         "samples": samples,
-        "config": {"steps": config.steps, "ensemble": config.ensemble, "batch": config.batch_size},
+        "config": budget_summary(config),
         "seconds": timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)

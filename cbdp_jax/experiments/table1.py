@@ -14,7 +14,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cbdp_jax.experiments._common import Timer, check, save_outputs
+from cbdp_jax.experiments._common import (
+    Timer,
+    check,
+    pyplot,
+    save_outputs,
+)
 
 ALPHA = 4.0
 V = (1.0, 0.5)
@@ -30,10 +35,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
 
     ``quick`` has no effect beyond being recorded: every cell is one exact solve.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from cbdp_jax import analytic as an
     from cbdp_jax import exact

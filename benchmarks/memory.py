@@ -3,7 +3,8 @@
 Each setting runs in its own subprocess (so peaks do not mix): a sweep of ``members`` linear adversaries
 trained for 1k, 4k and 16k steps on fresh Laplace minibatches of a fixed size, drawn inside the compiled
 loop. The child reports its peak resident set size (VmHWM from /proc/self/status, falling back to
-``resource.getrusage``) and its RSS after importing JAX. Training on a materialised dataset of the same
+``resource.getrusage``), its RSS after importing JAX and, on an accelerator, the device's peak memory in
+use (``Device.memory_stats()['peak_bytes_in_use']``; the host RSS then holds the runtime, not the data). Training on a materialised dataset of the same
 size would need ``steps x batch x 2 x d x 4`` bytes per member on top: that column shows what fresh
 sampling saves.
 """
@@ -42,6 +43,15 @@ def peak_rss_mb() -> float:
     return kb / 1024.0
 
 
+def device_peak_mb() -> float | None:
+    """Peak memory in use on the accelerator (MiB), where the backend reports it (GPU); else None."""
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else peak / 2**20
+
+
 def child(steps: int, batch: int, members: int, device: str) -> dict[str, Any]:
     """Runs one training in this process and measures it (called in a subprocess)."""
     _common.setup_device(device)
@@ -69,6 +79,7 @@ def child(steps: int, batch: int, members: int, device: str) -> dict[str, Any]:
         "seconds": seconds,
         "rss_after_import_mb": rss_import,
         "peak_rss_mb": peak_rss_mb(),
+        "device_peak_mb": device_peak_mb(),
         "best_value_mean": float(training.best_values().mean()),
         "materialised_dataset_mb": steps * batch * 2 * 1 * 4 * members / 2**20,
     }
@@ -133,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "seconds",
         "rss_after_import_mb",
         "peak_rss_mb",
+        "device_peak_mb",
         "materialised_dataset_mb",
     )
     _common.print_table("peak memory of fresh-sample training", payload["rows"], columns)

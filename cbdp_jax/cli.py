@@ -8,14 +8,33 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
+def _deterministic_gpu_ops() -> None:
+    """Asks XLA for deterministic GPU kernels unless the user set the flag.
+
+    `cbdp rerun` promises bit-identical numbers on the same device, which atomics in GPU reductions and
+    scatters break. Must run before JAX initialises its backend; CPU programs are unaffected.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_deterministic_ops" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_gpu_deterministic_ops=true".strip()
+
+
+_deterministic_gpu_ops()
+
+import typer  # noqa: E402
+
+from cbdp_jax._src.validation import (  # noqa: E402
+    InvalidParameterError,
+    check_choice,
+    check_output_folder,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -399,20 +418,38 @@ def rerun_cmd(
     if args.get("sensitivity") is not None:
         args["sensitivity"] = tuple(args["sensitivity"])
     result = run_estimate(args)
-    same = all(
-        _same(record.get(key), getattr(result, key))
-        for key in ("estimate", "lower_bound", "std_error")
-    )
+    differing = _differing_fields(record, _result_record(result, args))
     _emit(result, args, output_format, out)
-    typer.echo(f"rerun {'identical to' if same else 'DIFFERS from'} {result_json}", err=True)
-    if not same:
+    if differing:
+        typer.echo(f"rerun DIFFERS from {result_json} in: {', '.join(differing)}", err=True)
         raise typer.Exit(1)
+    typer.echo(f"rerun identical to {result_json}", err=True)
 
 
-def _same(stored: Any, new: float) -> bool:
-    if isinstance(stored, str):
-        return stored == ("inf" if new > 0 else "-inf") if math.isinf(new) else False
-    return stored == new
+# Fields of a result record that legitimately change between runs of the same computation.
+_VOLATILE = ("seconds", "environment")
+
+
+def _canonical(obj: Any) -> Any:
+    """The record as JSON would store it, without wall times and environment, at every level."""
+    if isinstance(obj, dict):
+        return {k: _canonical(v) for k, v in obj.items() if k not in _VOLATILE}
+    if isinstance(obj, list | tuple):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
+
+
+def _differing_fields(stored: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Top-level keys whose values differ between a stored record and a new one.
+
+    Every number counts: estimates, bounds, diagnostics and training curves.
+    """
+    from cbdp_jax._src.io import to_json
+
+    a, b = _canonical(stored), _canonical(json.loads(to_json(new)))
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
 @app.command("demo")

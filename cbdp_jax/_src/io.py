@@ -110,15 +110,21 @@ def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
 
 
 def git_commit() -> str | None:
-    """The commit of the source tree this package runs from, or None outside a git checkout."""
+    """The commit of the source tree this package runs from.
+
+    Outside a git checkout (a copied tree, an installed wheel) the environment variable ``CBDP_COMMIT``
+    names it when set; otherwise None.
+    """
+    fallback = os.environ.get("CBDP_COMMIT") or None
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        return fallback
+    commit = out.stdout.strip() if out.returncode == 0 else ""
+    return commit or fallback
 
 
 def environment_info() -> dict[str, Any]:
@@ -136,5 +142,6 @@ def environment_info() -> dict[str, Any]:
         "device": devices[0].device_kind if devices else "unknown",
         "device_count": len(devices),
         "x64": bool(jax.config.jax_enable_x64),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "commit": git_commit(),
     }

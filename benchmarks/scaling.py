@@ -153,18 +153,31 @@ def measure(
 
 
 def largest_fitting(
-    width: int | None, *, start: int, limit: int, batch: int, steps: int
+    width: int | None,
+    *,
+    start: int,
+    limit: int,
+    batch: int,
+    steps: int,
+    time_limit_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Doubles the ensemble from ``start`` until the device runs out of memory or ``limit`` is passed."""
-    last_ok, last_row, failure, m = None, None, None, start
+    """Doubles the ensemble from ``start`` until the device runs out of memory, ``limit`` is passed or
+    one try (compile and run) takes longer than ``time_limit_s``."""
+    last_ok, last_row, failure, stopped_by, m = None, None, None, "limit", start
     while m <= limit:
+        t0 = time.perf_counter()
         try:
             row = measure(m, width, batch=batch, steps=steps, repeats=1)
         except Exception as err:  # noqa: BLE001 - an OOM ends the search; anything else is reported
             failure = {"ensemble": m, "oom": _is_oom(err), "error": str(err).splitlines()[0][:300]}
+            stopped_by = "out of memory" if failure["oom"] else "error"
             break
         last_ok, last_row = m, row
-        print(f"    fits: M={m} ({row['program_bytes'] or 0:.3e} bytes)", flush=True)
+        took = time.perf_counter() - t0
+        print(f"    fits: M={m} ({row['program_bytes'] or 0:.3e} bytes, {took:.1f} s)", flush=True)
+        if took > time_limit_s:
+            stopped_by = "time"
+            break
         m *= 2
     return {
         "adversary": "linear" if width is None else f"mlp({width}x2)",
@@ -174,12 +187,17 @@ def largest_fitting(
         "largest_row": last_row,
         "first_failure": failure,
         "search_limit": limit,
-        "stopped_by": "failure" if failure else "limit",
+        "time_limit_s": time_limit_s,
+        "stopped_by": stopped_by,
     }
 
 
-def run(quick: bool) -> dict[str, Any]:
-    """The whole grid; returns the JSON payload."""
+def run(quick: bool, checkpoint=None) -> dict[str, Any]:
+    """The whole grid; returns the JSON payload.
+
+    ``checkpoint(payload)``, when given, is called with the grid's payload before the (open-ended)
+    search for the largest ensemble, so the grid is saved even if that search is interrupted.
+    """
     ensembles = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024, 4096)
     widths = (8, 32, 128) if quick else (8, 32, 128, 512)
     repeats = 2 if quick else 3
@@ -214,17 +232,8 @@ def run(quick: bool) -> dict[str, Any]:
                 f"{extra}",
                 flush=True,
             )
-    fits = []
-    if not quick:
-        print("largest ensemble that fits:", flush=True)
-        fits.append(
-            largest_fitting(
-                widths[-1], start=ensembles[-1], limit=2**16, batch=mlp["batch"], steps=5
-            )
-        )
-        fits.append(largest_fitting(None, start=ensembles[-1], limit=2**22, batch=16, steps=20))
     best = max((r for r in rows if r["flops_per_s"]), key=lambda r: r["flops_per_s"])
-    return {
+    payload = {
         "device_kind": kind,
         "matmul_peak_measured": peak,
         "spec_peak_flops_per_s": spec,
@@ -240,8 +249,18 @@ def run(quick: bool) -> dict[str, Any]:
             "fraction_of_spec_peak": best.get("fraction_of_spec_peak"),
         },
         "rows": rows,
-        "largest_fitting": fits,
+        "largest_fitting": [],
     }
+    if quick:
+        return payload
+    if checkpoint is not None:
+        checkpoint(payload)
+    print("largest ensemble that fits:", flush=True)
+    payload["largest_fitting"] = [
+        largest_fitting(widths[-1], start=ensembles[-1], limit=2**16, batch=mlp["batch"], steps=5),
+        largest_fitting(None, start=ensembles[-1], limit=2**22, batch=16, steps=20),
+    ]
+    return payload
 
 
 COLUMNS = (
@@ -265,7 +284,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         argv
     )
     _common.setup_device(args.device)
-    payload = run(args.quick)
+    payload = run(args.quick, checkpoint=lambda p: _common.write(args.out, "scaling", args, p))
     _common.print_table(
         "vmapped training: scaling with ensemble and width", payload["rows"], COLUMNS
     )

@@ -223,6 +223,8 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         learning_rate=args["learning_rate"],
         confidence=args["confidence"],
         both_directions=args["both_directions"],
+        guarantee=args.get("guarantee", "auto"),
+        target=args.get("target"),
         dtype=args["dtype"],
         eval_every=max(1, min(100, args["steps"] // 10)),
     )
@@ -332,12 +334,30 @@ def estimate_cmd(
     learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
     confidence: Annotated[float, typer.Option(help="level of the lower bound")] = 0.95,
     both_directions: Annotated[bool, typer.Option(help="also D(Q,P); report the max")] = False,
+    guarantee: Annotated[
+        str,
+        typer.Option(
+            help="kind of lower bound: finite-sample (no assumption; the critic is bounded, "
+            "B*tanh(h/B), B chosen on validation data), asymptotic (CLT, refused when the "
+            "held-out tails look infinite), or auto (finite-sample for bounded classes)"
+        ),
+    ] = "auto",
+    target: Annotated[
+        float | None,
+        typer.Option(
+            help="sequential mode: stop drawing held-out samples once the finite-sample bound "
+            "reaches this value (anytime-valid); --test-samples is the budget"
+        ),
+    ] = None,
     dtype: Annotated[str, typer.Option(help="float32 or float64")] = "float32",
     seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
     output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
     out: Annotated[Path | None, typer.Option(help="folder for result.json and curve.png")] = None,
 ) -> None:
-    """Estimate capacity-bounded privacy by training adversaries; report a held-out lower bound."""
+    """Estimate capacity-bounded privacy by training adversaries; report a held-out lower bound.
+
+    The result names the kind of its bound (finite-sample or asymptotic) and what it bounds.
+    """
     check_choice("format", output_format, FORMATS)
     if out is not None:
         check_output_folder("out", out)
@@ -363,6 +383,8 @@ def estimate_cmd(
         "learning_rate": learning_rate,
         "confidence": confidence,
         "both_directions": both_directions,
+        "guarantee": guarantee,
+        "target": target,
         "dtype": dtype,
         "seed": seed,
     }
@@ -387,6 +409,7 @@ def _emit(result, args, output_format: str, out: Path | None) -> None:
         "divergence",
         "estimate",
         "lower_bound",
+        "guarantee",
         "std_error",
         "confidence",
         "samples",
@@ -394,6 +417,9 @@ def _emit(result, args, output_format: str, out: Path | None) -> None:
     ]
     row = {**record, "adversary": result.adversary, "divergence": result.divergence}
     _print_table("cbdp estimate (held-out)", [row], cols)
+    typer.echo(f"lower bound: {result.guarantee} ({result.bound_method}) on {result.bounds}")
+    if not result.bound_reliable and result.refusal:
+        typer.echo(f"bound refused: {result.refusal}", err=True)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)
 

@@ -13,28 +13,36 @@ samples at every training step), and :func:`estimate_from_samples` takes two arr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cbdp_jax._src import certification
 from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
 from cbdp_jax._src.divergences import get_divergence
-from cbdp_jax._src.evaluation import (
-    HeldOut,
-    array_chunks,
-    evaluate_fixed,
-    point_mass_reason,
-    summarize,
+from cbdp_jax._src.evaluation import Critic, array_chunks, critic_outputs, evaluate_fixed
+from cbdp_jax._src.io import environment_info, to_json
+from cbdp_jax._src.objectives import conservative_fit, objective_functions
+from cbdp_jax._src.statistics import betting
+from cbdp_jax._src.statistics.bounds import (
+    Bound,
+    f_from_renyi,
+    family_confidence,
     to_reported,
     z_quantile,
 )
-from cbdp_jax._src.io import environment_info, to_json
-from cbdp_jax._src.objectives import conservative_fit, objective_functions
+from cbdp_jax._src.statistics.held_out import (
+    TAIL_MARGIN,
+    HeldOut,
+    certify,
+    tail_check,
+)
 from cbdp_jax._src.training import (
     OPTIMIZERS,
     ObjectiveKey,
@@ -45,6 +53,7 @@ from cbdp_jax._src.training import (
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
+    check_finite_scalar,
     check_in_range,
     check_int_at_least,
     check_key,
@@ -69,12 +78,29 @@ class EstimatorConfig:
       ensemble: Adversaries trained at once from different initialisations (vmapped); the one with
         the best validation value is evaluated.
       confidence: Level 1 - delta of the one-sided lower confidence bound.
+      family_size: The bound is one of ``family_size`` simultaneous bounds (several classes, orders
+        or settings checked at once): it is taken at level 1 - delta / family_size (Bonferroni), so
+        all of them hold together with probability >= confidence.
       tight: Train with the tighter forms of MATH.md section 3 where the class allows it.
       dtype: ``'float32'`` (default) or ``'float64'`` (needs ``jax_enable_x64``).
       split: Train / validation / test fractions for :func:`estimate_from_samples`.
       both_directions: Also estimate D^H(Q, P) and report the maximum with a Bonferroni bound.
       eval_chunk: Rows per chunk in held-out evaluation (bounds memory).
       max_restarts: Restarts with a 10x smaller step size when training diverges (NaN).
+      guarantee: The kind of bound (docs/theory/bounds.md): ``'asymptotic'`` (the CLT bound on D^H,
+        refused when the held-out tails point to an infinite variance), ``'finite-sample'`` (valid
+        at every n with no assumption: the critic is bounded, ``B tanh(h / B)`` with B chosen on
+        validation data unless the class is bounded already, and the bound is on that bounded
+        class), or ``'auto'`` (finite-sample for bounded classes, asymptotic otherwise).
+      finite_sample_method: ``'berry-esseen'``, ``'betting'`` or ``'auto'`` (the one predicted
+        tighter at the test size, chosen on validation data).
+      tail_margin: The asymptotic bound needs both f-form terms' tail index (Hill) to reach
+        2 + tail_margin on held-out data; on validation data a cone's critic is first shrunk
+        (t * h, t < 1) until it does.
+      target: Sequential mode: held-out samples are drawn chunk by chunk (``eval_chunk`` per side)
+        and the evaluation stops as soon as the lower bound reaches ``target`` (reported scale), or
+        when the test budget is spent. The bound is then the anytime-valid betting confidence
+        sequence (finite-sample; valid under this optional stopping). None: one fixed-size test set.
 
     """
 
@@ -85,12 +111,17 @@ class EstimatorConfig:
     optimizer: str = "adam"
     ensemble: int = 4
     confidence: float = 0.95
+    family_size: int = 1
     tight: bool = True
     dtype: str = "float32"
     split: tuple[float, float, float] = (0.5, 0.25, 0.25)
     both_directions: bool = False
     eval_chunk: int = 65536
     max_restarts: int = 2
+    guarantee: str = "auto"
+    finite_sample_method: str = "auto"
+    tail_margin: float = TAIL_MARGIN
+    target: float | None = None
     progress: Callable[[Any], None] | None = dataclasses.field(default=None, compare=True)
 
     def __post_init__(self):
@@ -102,6 +133,7 @@ class EstimatorConfig:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_int_at_least("ensemble", self.ensemble, 1)
         check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
+        check_int_at_least("family_size", self.family_size, 1)
         check_choice("dtype", self.dtype, DTYPES)
         if len(self.split) != 3 or any(not (0 < s < 1) for s in self.split):
             raise InvalidParameterError(
@@ -111,6 +143,23 @@ class EstimatorConfig:
             raise InvalidParameterError(f"split={self.split!r} is invalid: fractions must sum to 1")
         check_int_at_least("eval_chunk", self.eval_chunk, 1)
         check_int_at_least("max_restarts", self.max_restarts, 0)
+        check_choice("guarantee", self.guarantee, certification.GUARANTEE_CHOICES)
+        check_choice(
+            "finite_sample_method", self.finite_sample_method, certification.METHOD_CHOICES
+        )
+        check_in_range("tail_margin", self.tail_margin, 0.0, 10.0)
+        if self.target is not None:
+            check_finite_scalar("target", self.target)
+            if self.both_directions:
+                raise InvalidParameterError(
+                    "both_directions=True is invalid with target set: run one direction per call"
+                )
+            if self.guarantee == "asymptotic":
+                raise InvalidParameterError(
+                    "guarantee='asymptotic' is invalid with target set: stopping when a CLT bound "
+                    "looks good enough is not valid; a target needs guarantee 'finite-sample' (or "
+                    "'auto'), whose betting confidence sequence allows it"
+                )
         if self.dtype == "float64" and not jax.config.jax_enable_x64:
             raise InvalidParameterError(
                 "dtype='float64' needs 64-bit JAX: call jax.config.update('jax_enable_x64', True) first"
@@ -122,12 +171,14 @@ class EstimateResult:
     """A held-out estimate of a restricted divergence, with its uncertainty and diagnostics.
 
     Values named without prefix are on the reported scale (Renyi for ``'renyi'``); ``f_*`` values are on
-    the f-divergence scale. ``lower_bound`` is a one-sided ``confidence`` lower bound (asymptotic, CLT).
+    the f-divergence scale. ``lower_bound`` is a one-sided ``confidence`` lower bound whose kind is
+    ``guarantee`` and whose target is ``bounds`` (docs/theory/bounds.md).
 
     Attributes:
       estimate: Held-out f-form value of the selected adversary (reported scale).
-      lower_bound: One-sided lower confidence bound on D^H (reported scale; clamped at 0 since every
-        class here contains constants, so D^H >= 0).
+      lower_bound: One-sided lower confidence bound on the quantity named by ``bounds`` (reported
+        scale; clamped at 0 since every class here contains constants, so D^H >= 0); the trivial
+        bound 0 when the bound was refused (``bound_reliable`` False, ``refusal`` says why).
       std_error: Standard error of ``estimate`` (delta method for the Renyi map).
       confidence: The level of ``lower_bound``.
       f_estimate: The estimate on the f-divergence scale.
@@ -142,8 +193,22 @@ class EstimateResult:
       objective: The training objective (``'dv'``, ``'renyi_scale_free'``, ``'fform'``).
       curves: Validation and training objective per evaluation block of the selected member.
       warnings: Human-readable warnings (convergence, heavy tails, gaps, restarts).
-      bound_reliable: False when one held-out sample carries half or more of the variance of f*(h):
-        the CLT bound is then meaningless and ``lower_bound`` is the trivial bound 0.
+      bound_reliable: False when the bound was refused: an asymptotic bound whose held-out tails point
+        to an infinite variance (tail index below 2 + margin, or one sample carrying half the
+        variance) or that exceeds what the sample size can certify, or an infeasible finite-sample
+        bound. ``lower_bound`` is then the trivial bound 0.
+      refusal: Why the bound was refused, or None.
+      guarantee: ``'finite-sample'``, ``'asymptotic'`` or ``'exact'`` (a +inf from the mechanism's law).
+      bound_method: ``'clt'``, ``'berry-esseen'``, ``'betting'`` or ``'exact'``.
+      certified_class: The class the bound is on: the adversary class, or ``B*tanh(class/B)`` for a
+        finite-sample bound built from an unbounded class.
+      bounds: In words, what ``lower_bound`` bounds.
+      critic_bound: B of the bounded critic, or None.
+      tail_index_p: Hill's tail index of h(X) under P on held-out samples.
+      tail_index_q: Hill's tail index of f*(h(Y)) under Q on held-out samples.
+      tail_shrink: The factor t < 1 applied on validation data to clear the tail check (1: none).
+      certifiable_max: The largest value (reported scale) any finite-sample bound could certify from
+        this many held-out samples per side; roughly log(n) for KL.
       heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h).
       unbounded: True when the divergence is +inf (then ``estimate`` and ``lower_bound`` are inf).
       reason: Why the result is unbounded, if it is.
@@ -174,6 +239,16 @@ class EstimateResult:
     curves: dict[str, list[float]]
     warnings: tuple[str, ...]
     bound_reliable: bool = True
+    refusal: str | None = None
+    guarantee: str = "asymptotic"
+    bound_method: str = "clt"
+    certified_class: str = ""
+    bounds: str = ""
+    critic_bound: float | None = None
+    tail_index_p: float = math.inf
+    tail_index_q: float = math.inf
+    tail_shrink: float = 1.0
+    certifiable_max: float = math.inf
     heavy_tail_share: float = 0.0
     unbounded: bool = False
     reason: str | None = None
@@ -238,7 +313,22 @@ class _Problem:
         self.sampler, self.stats_sample = sampler, stats_sample
 
 
-def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dict[str, Any]:
+class _Trained(NamedTuple):
+    """The selected member of a trained ensemble, with the closed-form fit and its curves."""
+
+    graphdef: Any
+    params: Any
+    rest: Any
+    scale: float
+    shift: float
+    val_curve: np.ndarray
+    train_curve: np.ndarray
+    restarts: int
+    warnings: tuple[str, ...]
+
+
+def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
+    """Trains the ensemble (restarting with a smaller step on divergence) and fixes one member."""
     config = prob.config
     div, objective = prob.objective_key.build()
     dtype = jnp.dtype(config.dtype)
@@ -287,13 +377,12 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
     member = int(np.argmax(best_values))
     take = lambda tree: jax.tree.map(lambda x: x[member], tree)  # noqa: E731
     params_m, rest_m = take(out.best_params), take(rest)
-
-    # Fit the constant / scale on training outputs (MATH.md section 3), then freeze the function.
+    # Fit the constant / scale on training outputs (docs/theory/objectives.md), then move it to the
+    # best validation lower bound; the function is then frozen.
     fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
-    h_p = apply_fn(graphdef, params_m, rest_m, fit_p)
-    h_q = apply_fn(graphdef, params_m, rest_m, fit_q)
-    fscale, fshift = objective.fit(h_p, h_q)
-    z = z_quantile(1.0 - delta)
+    fscale, fshift = objective.fit(
+        apply_fn(graphdef, params_m, rest_m, fit_p), apply_fn(graphdef, params_m, rest_m, fit_q)
+    )
     fscale, fshift = conservative_fit(
         objective.kind,
         objective_functions(objective.kind, div.name, div.convention).conjugate,
@@ -304,55 +393,214 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, delta: float) -> dic
         z,
         div.alpha,
     )
+    return _Trained(
+        graphdef,
+        params_m,
+        rest_m,
+        float(fscale),
+        float(fshift),
+        np.asarray(out.trace.val_value)[:, member],
+        np.asarray(out.trace.train_value)[:, member],
+        restarts,
+        tuple(warnings),
+    )
 
-    def evaluate(p_chunks, q_chunks) -> HeldOut:
+
+def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> certification.Plan:
+    """Everything the bound depends on, decided on validation samples (never the test samples)."""
+    config, spec = prob.config, prob.spec
+    div, objective = prob.objective_key.build()
+    guarantee = certification.resolve_guarantee(config.guarantee, spec)
+    if config.target is not None:
+        guarantee = "finite-sample"
+    raw = lambda x: np.asarray(
+        apply_fn(trained.graphdef, trained.params, trained.rest, x), np.float64
+    )  # noqa: E731
+    hv_p, hv_q = raw(prob.val[0]), raw(prob.val[1])
+    scale, shift = trained.scale, trained.shift
+    n_test = min(prob.n_test)
+    if guarantee == "finite-sample":
+        fixed = spec.bound if spec.bound is not None else None
+        crit_p, crit_q = scale * hv_p + shift, scale * hv_q + shift
+        if fixed is not None:
+            # A bounded class: the fitted affine map keeps the critic inside a known interval.
+            lo_h, hi_h = shift - abs(scale) * fixed, shift + abs(scale) * fixed
+            bound = max(abs(lo_h), abs(hi_h))
+            _, method, _ = certification.choose_bound(
+                div,
+                crit_p,
+                crit_q,
+                n_test=n_test,
+                confidence=confidence,
+                method=_method(config),
+                fixed_bound=bound,
+            )
+            method = _sequential_or(method, config)
+            support = certification.support(div, bound)
+            return certification.Plan(
+                guarantee, method, math.inf, scale, shift, 1.0, support, spec.label
+            )
+        bound, method, support = certification.choose_bound(
+            div,
+            crit_p,
+            crit_q,
+            n_test=n_test,
+            confidence=confidence,
+            method=_method(config),
+        )
+        method = _sequential_or(method, config)
+        label = f"{bound:.4g}*tanh({spec.label}/{bound:.4g})"
+        return certification.Plan(guarantee, method, bound, scale, shift, 1.0, support, label)
+    shrink = 1.0
+    if spec.is_cone:
+        fit_q = prob.train[1] if prob.train is not None else prob.stats_sample[1]
+        scale, shift, shrink = certification.shrink_for_tails(
+            div,
+            objective.kind,
+            h_val_p=hv_p,
+            h_val_q=hv_q,
+            h_fit_q=raw(fit_q),
+            scale=scale,
+            shift=shift,
+            need=certification.tail_target(n_test, config.tail_margin),
+        )
+    return certification.Plan(guarantee, "clt", math.inf, scale, shift, shrink, None, spec.label)
+
+
+def _method(config: EstimatorConfig) -> str:
+    return "betting" if config.target is not None else config.finite_sample_method
+
+
+def _sequential_or(method: str, config: EstimatorConfig) -> str:
+    return "betting-sequence" if config.target is not None else method
+
+
+class _Sequence:
+    """Feeds held-out chunks to a betting confidence sequence; stops once it reaches the target."""
+
+    def __init__(self, div, plan: certification.Plan, z_val: np.ndarray, target: float, confidence):
+        self.lo, self.hi = plan.support
+        self.confidence = confidence
+        self.target_f = _f_from_reported(div, target)
+        u = (np.asarray(z_val, np.float64) - self.lo) / (self.hi - self.lo)
+        spread = float(np.std(u)) if u.size > 1 else 0.1
+        centre = float(np.mean(u)) if u.size else 0.5
+        fine = centre + spread * np.linspace(-0.5, 0.05, 1024)
+        self.state = betting.sequence_init(np.concatenate([np.linspace(0, 1, 257)[1:], fine]))
+
+    @property
+    def lower(self) -> float:
+        return self.lo + (self.hi - self.lo) * self.state.lower
+
+    def __call__(self, chunk: HeldOut) -> bool:
+        u = (chunk.z_samples - self.lo) / (self.hi - self.lo)
+        self.state = betting.sequence_update(self.state, np.clip(u, 0.0, 1.0), self.confidence)
+        return self.lower >= self.target_f
+
+
+def _f_from_reported(div, value: float) -> float:
+    if div.name == "renyi":
+        return f_from_renyi(value, div.alpha)
+    return float(div.from_reported(value))
+
+
+def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -> dict[str, Any]:
+    config = prob.config
+    div, objective = prob.objective_key.build()
+    trained = _train(key, prob, z_quantile(confidence))
+    plan = _plan_certificate(prob, trained, confidence)
+    critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
+    val_crit_p = critic_outputs(trained.graphdef, critic, prob.val[0])
+    val_crit_q = critic_outputs(trained.graphdef, critic, prob.val[1])
+    centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
+
+    def evaluate(p_chunks, q_chunks, keep=False) -> HeldOut:
         return evaluate_fixed(
-            params_m,
-            rest_m,
-            fscale,
-            fshift,
+            trained.graphdef,
+            critic,
             p_chunks,
             q_chunks,
-            graphdef=graphdef,
             objective_key=prob.objective_key,
+            centres=centres,
+            keep_samples=keep,
         )
 
-    held = evaluate(*prob.test_chunks())
+    sequence = None
+    if plan.method == "betting-sequence":
+        z_val = np.asarray(val_crit_p, np.float64) - np.asarray(
+            prob.objective_key.build()[0].conjugate(val_crit_q), np.float64
+        )
+        sequence = _Sequence(div, plan, z_val, config.target, confidence)
+    held = evaluate_fixed(
+        trained.graphdef,
+        critic,
+        *prob.test_chunks(),
+        objective_key=prob.objective_key,
+        centres=centres,
+        keep_samples=plan.method == "betting",
+        on_chunk=sequence,
+    )
+    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
     insample = evaluate(
         array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk)
     )
-    val_curve = np.asarray(out.trace.val_value)[:, member]
-    if div.conjugate_sup < math.inf and prob.spec.bound is None:
+    n_test = int(min(float(held.p.count), float(held.q.count)))
+    cap = certification.cap_for(div, n_test, confidence)
+    certify_kw = {
+        "guarantee": plan.guarantee,
+        "confidence": confidence,
+        "method": plan.method,
+        "support": plan.support,
+        "cap": cap,
+        "tail_margin": config.tail_margin,
+    }
+    if sequence is not None:
+        check = tail_check(held, config.tail_margin)
+        bound = Bound(sequence.lower, "finite-sample", "betting-sequence", confidence)
+        family = None
+    else:
+        bound, check = certify(held, **certify_kw)
+        family = certify(held, family_size=2, **certify_kw)[0] if config.both_directions else None
+    warnings = list(trained.warnings)
+    if (
+        div.conjugate_sup < math.inf
+        and prob.spec.bound is None
+        and plan.guarantee != "finite-sample"
+    ):
         warnings.append(
             f"{div.label}: f* is +inf above {div.conjugate_sup:.4g}, so an unbounded class is degenerate "
-            "(MATH.md section 6); use a bounded class (bound=B with B below that level)"
+            "(docs/theory/divergences.md); use a bounded class (bound=B) or guarantee='finite-sample'"
         )
-    summary = summarize(
-        div, held, z=z, contains_constants=prob.spec.contains_constants, val_curve=val_curve
-    )
-    warnings.extend(summary.pop("warnings"))
-    f_est, f_se = summary["f_estimate"], summary["f_std_error"]
-    blocks = len(val_curve)
-    gap = insample.estimate - f_est
-    if math.isfinite(gap) and gap > 3.0 * f_se + 0.01 * abs(f_est) + 1e-3:
-        warnings.append(
-            f"train/test gap: in-sample value exceeds the held-out estimate by {gap:.3g} "
-            f"(> 3 standard errors); the adversary overfits -- use more samples or a smaller class"
-        )
+    fields = certification.bound_fields(div, held, bound, prob.spec, cap, warnings)
+    warnings.extend(certification.diagnostics(div, held, fields, trained.val_curve, insample))
+    blocks = len(trained.val_curve)
     curves = {
         "block_step": [(i + 1) * min(config.eval_every, config.steps) for i in range(blocks)],
-        "val_objective": _finite_or_neg_inf(val_curve),
-        "train_objective": _finite_or_neg_inf(np.asarray(out.trace.train_value)[:, member]),
+        "val_objective": _finite_or_neg_inf(trained.val_curve),
+        "train_objective": _finite_or_neg_inf(trained.train_curve),
     }
-    return {
-        **summary,
-        "train_value": float(to_reported(div, insample.estimate)),
-        "objective": objective.kind,
-        "curves": curves,
-        "warnings": tuple(warnings),
-        "restarts": restarts,
-        "direction": direction,
-    }
+    fields.update(
+        {
+            "train_value": float(to_reported(div, insample.estimate)),
+            "objective": objective.kind,
+            "curves": curves,
+            "warnings": tuple(warnings),
+            "restarts": trained.restarts,
+            "direction": direction,
+            "guarantee": plan.guarantee,
+            "bound_method": bound.method,
+            "certified_class": plan.certified_class,
+            "bounds": certification.describe(div, plan.certified_class),
+            "critic_bound": None if math.isinf(plan.bound) else plan.bound,
+            "tail_index_p": check.index_p,
+            "tail_index_q": check.index_q,
+            "tail_shrink": plan.tail_shrink,
+            "test_used": (int(held.p.count), int(held.q.count)),
+        }
+    )
+    if family is not None:
+        fields["bonferroni"] = certification.reported_bound(div, family, prob.spec)
+    return fields
 
 
 def _finite_or_neg_inf(values: np.ndarray) -> list[float]:
@@ -376,6 +624,9 @@ def _unbounded(reason: str, direction: str) -> dict[str, Any]:
         "direction": direction,
         "unbounded": True,
         "reason": reason,
+        "guarantee": "exact",
+        "bound_method": "exact",
+        "bounds": "the law of the mechanism (no samples)",
     }
 
 
@@ -390,6 +641,12 @@ def _assemble(
     seconds: float,
     call: dict[str, Any],
 ) -> EstimateResult:
+    used = fields_pq.pop("test_used", None)
+    if used is not None and "test_p" in samples:
+        # Sequential mode may stop before the budget: record what was used.
+        samples = {**samples, "test_p": used[0], "test_q": used[1]}
+    if fields_qp is not None:
+        fields_qp.pop("test_used", None)
     common = {
         "confidence": config.confidence,
         "divergence": div.label,
@@ -413,36 +670,39 @@ def _assemble(
     return EstimateResult(**fields_pq, **common, reverse=reverse, **extra)
 
 
-def _directions(key, make_problem, *, config, point_mass: str | None) -> tuple[dict, dict | None]:
-    delta = 1.0 - config.confidence
+def _directions(
+    key, make_problem, *, config, known_infinite: str | None
+) -> tuple[dict, dict | None]:
     k_pq, k_qp = jax.random.split(key)
     results = []
     for k, direction in ((k_pq, "PQ"), (k_qp, "QP")):
         if direction == "QP" and not config.both_directions:
             results.append(None)
             break
-        if point_mass is not None:
-            fields = _unbounded(point_mass, direction)
+        if known_infinite is not None:
+            fields = _unbounded(known_infinite, direction)
             fields["bonferroni"] = math.inf
         else:
             prob = make_problem(swap=direction == "QP")
-            fields = _run(k, prob, direction=direction, delta=delta)
-            if config.both_directions:
-                fields["bonferroni"] = _run_bonferroni(fields, prob, delta)
+            level = family_confidence(config.confidence, config.family_size)
+            fields = _run(k, prob, direction=direction, confidence=level)
         results.append(fields)
     return results[0], results[1]
 
 
-def _run_bonferroni(fields: dict[str, Any], prob: _Problem, delta: float) -> float:
-    """The same direction's bound at level 1 - delta/2 (for the maximum over two directions)."""
-    div, _ = prob.objective_key.build()
-    f_est, f_se = fields["f_estimate"], fields["f_std_error"]
-    if not math.isfinite(f_est):
-        return f_est
-    if not fields["bound_reliable"]:
-        return 0.0 if prob.spec.contains_constants else -math.inf
-    lb = to_reported(div, f_est - z_quantile(1.0 - delta / 2.0) * f_se)
-    return max(lb, 0.0) if prob.spec.contains_constants else lb
+def _known_infinite(mechanism, spec: AdversarySpec, div) -> str | None:
+    """Why D^H is +inf for this mechanism and class, from the mechanism's law (never from samples)."""
+    from cbdp_jax._src.mechanisms import NonPrivateRelease
+
+    if not isinstance(mechanism, NonPrivateRelease):
+        return None
+    if spec.bound is not None or div.conjugate_sup < math.inf:
+        return None  # bounded critics, or f* with a bounded domain: a finite value
+    return (
+        "the mechanism is a NonPrivateRelease: its outputs on D and D' are two distinct point "
+        "masses, so the divergence is +inf for any unbounded class that separates them (paper "
+        "Lemma 2); this comes from the mechanism's law, not from samples"
+    )
 
 
 def estimate_from_samples(
@@ -543,8 +803,7 @@ def estimate_from_samples(
             stats_sample=(a[0], b[0]),
         )
 
-    point_mass = point_mass_reason(p, q)
-    pq, qp = _directions(k_fit, make_problem, config=config, point_mass=point_mass)
+    pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=None)
     samples = {
         "train_p": int(p_tr.shape[0]),
         "train_q": int(q_tr.shape[0]),
@@ -580,13 +839,19 @@ def _config_dict(config: EstimatorConfig) -> dict[str, Any]:
     return d
 
 
+@functools.cache
+def _draw_program(mechanism, dtype) -> Callable:
+    """One compiled sampler per (mechanism, dtype): later calls with the same shapes reuse it."""
+    return jax.jit(lambda k, d, m: mechanism.sample(k, d, m, dtype=dtype), static_argnums=2)
+
+
 def _sample_chunks(
     mechanism, dataset, key: jax.Array, n: int, chunk: int, dtype
 ) -> Iterator[jax.Array]:
     """Streams ``n`` samples of M(dataset) in chunks; chunk i uses ``fold_in(key, i)``."""
-    draw = jax.jit(lambda k, m: mechanism.sample(k, dataset, m, dtype=dtype), static_argnums=1)
+    draw = _draw_program(mechanism, jnp.dtype(dtype))
     for i, start in enumerate(range(0, n, chunk)):
-        yield draw(jax.random.fold_in(key, i), min(chunk, n - start))
+        yield draw(jax.random.fold_in(key, i), dataset, min(chunk, n - start))
 
 
 def estimate(
@@ -664,8 +929,8 @@ def estimate(
     k_train, k_val, k_test, k_fit = jax.random.split(key, 4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
-    point_mass = point_mass_reason(np.asarray(train[0]), np.asarray(train[1]))
     mech = pair.mechanism
+    known_infinite = _known_infinite(mech, spec, div)
 
     def make_problem(swap: bool) -> _Problem:
         d_a, d_b = (pair.dataset, pair.neighbour) if not swap else (pair.neighbour, pair.dataset)
@@ -689,7 +954,7 @@ def estimate(
             stats_sample=tr,
         )
 
-    pq, qp = _directions(k_fit, make_problem, config=config, point_mass=point_mass)
+    pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=known_infinite)
     n_train = config.steps * (config.batch_size or 0) if fresh_samples else samples
     counts = {
         "train_p": n_train,

@@ -67,8 +67,16 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
+from cbdp_jax._src.certification import (
+    GUARANTEE_CHOICES,
+    bound_fields,
+    cap_for,
+    conjugate_range,
+    describe,
+    diagnostics,
+    resolve_guarantee,
+)
 from cbdp_jax._src.divergences import get_divergence
-from cbdp_jax._src.evaluation import HeldOut, Moments, summarize, z_quantile
 from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from cbdp_jax._src.objectives import (
     ObjectiveFunctions,
@@ -76,6 +84,10 @@ from cbdp_jax._src.objectives import (
     conservative_fit,
     objective_functions,
 )
+from cbdp_jax._src.statistics import berry_esseen, held_out, tails
+from cbdp_jax._src.statistics import moments as mom
+from cbdp_jax._src.statistics.bounds import Bound, z_quantile
+from cbdp_jax._src.statistics.held_out import TAIL_MARGIN
 from cbdp_jax._src.training import apply_fn, early_stopping_scan, lockstep_state_axes
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -112,8 +124,16 @@ class SweepConfig:
         ``max_batch * eval_chunk * (d + hidden width)``; it also fixes which samples chunk i draws,
         so results depend on it (not on ``max_batch``).
       confidence: Level 1 - delta of the one-sided lower confidence bound.
+      family_size: Each member's bound is one of ``family_size`` simultaneous bounds, taken at level
+        1 - delta / family_size (Bonferroni).
       tight: Train with the tight forms of MATH.md section 3 where the class allows it.
       dtype: ``'float32'`` or ``'float64'`` (needs ``jax_enable_x64``).
+      guarantee: ``'asymptotic'`` (the CLT bound, refused when the held-out tails look infinite),
+        ``'finite-sample'`` (bounded classes only: ``bound=B``; no assumption) or ``'auto'``
+        (finite-sample for bounded classes, asymptotic otherwise). See docs/theory/bounds.md.
+      finite_sample_method: ``'berry-esseen'`` (streams: moments only) or ``'betting'`` (keeps every
+        member's paired differences on the host: ``members x test_samples`` floats).
+      tail_margin: The asymptotic bound's tail check needs index >= 2 + tail_margin.
       shared_noise: All members draw the same standard noise at a given training step, each scaling
         it by its own noise scale and shifting it to its own centre -- as the estimator's ensemble
         shares its minibatches. vmap then computes the draw once per step for the whole batch (the
@@ -131,9 +151,13 @@ class SweepConfig:
     test_samples: int = 100_000
     eval_chunk: int = 16384
     confidence: float = 0.95
+    family_size: int = 1
     tight: bool = True
     dtype: str = "float32"
     shared_noise: bool = True
+    guarantee: str = "auto"
+    finite_sample_method: str = "berry-esseen"
+    tail_margin: float = TAIL_MARGIN
 
     def __post_init__(self):
         check_int_at_least("steps", self.steps, 1)
@@ -144,7 +168,11 @@ class SweepConfig:
         check_int_at_least("test_samples", self.test_samples, 2)
         check_int_at_least("eval_chunk", self.eval_chunk, 1)
         check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
+        check_int_at_least("family_size", self.family_size, 1)
         check_choice("dtype", self.dtype, ("float32", "float64"))
+        check_choice("guarantee", self.guarantee, GUARANTEE_CHOICES)
+        check_choice("finite_sample_method", self.finite_sample_method, ("berry-esseen", "betting"))
+        check_in_range("tail_margin", self.tail_margin, 0.0, 10.0)
         if self.dtype == "float64" and not jax.config.jax_enable_x64:
             raise InvalidParameterError(
                 "dtype='float64' needs 64-bit JAX: call jax.config.update('jax_enable_x64', True) first"
@@ -236,6 +264,8 @@ class MemberTraining(NamedTuple):
       finite: Whether training stayed finite, ``[M]``.
       train_curve: Training objective at the end of each block, ``[M, blocks]``.
       val_curve: Validation objective after each block, ``[M, blocks]``.
+      centres: Validation medians of the two f-form terms of the fitted function (the centres of the
+        held-out tail sketches), ``[M, 2]``.
 
     """
 
@@ -247,6 +277,7 @@ class MemberTraining(NamedTuple):
     finite: Any
     train_curve: Any
     val_curve: Any
+    centres: Any
 
 
 class TrainedBatch(NamedTuple):
@@ -453,30 +484,48 @@ def _train_batch(
         return conservative_fit(static.objective, conj, h_p, h_q, scale, shift, z, alpha)
 
     scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
-    return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T)
 
+    def centres(p_, r_, inp, x, sc, sh):
+        h_p, h_q = _outputs(static, p_, r_, x)
+        t_q = objective.conjugate(sc * h_q + sh, inp.alpha.astype(dt))
+        return jnp.stack([jnp.median(sc * h_p + sh), jnp.median(t_q)])
 
-def _masked_moments(t: jax.Array, mask: jax.Array, n) -> jax.Array:
-    mean = jnp.sum(jnp.where(mask, t, 0.0)) / n.astype(t.dtype)
-    m2 = jnp.sum(jnp.where(mask, (t - mean) ** 2, 0.0))
-    lo = jnp.min(jnp.where(mask, t, jnp.inf))
-    hi = jnp.max(jnp.where(mask, t, -jnp.inf))
-    return jnp.stack([mean, m2, lo, hi])
+    cent = jax.vmap(centres)(best_p, rest, inputs, val_x, scale, shift)
+    return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent)
 
 
 def _member_evaluate(
-    static: _Static, chunk: int, inp, test_key_data, params, rest, scale, shift, index, n_valid
+    static: _Static,
+    chunk: int,
+    keep: bool,
+    inp,
+    test_key_data,
+    params,
+    rest,
+    scale,
+    shift,
+    centres,
+    index,
+    n_valid,
 ):
-    """Moments of the two f-form terms on one chunk of fresh held-out samples, ``[2, 4]``."""
+    """Held-out statistics of the two f-form terms on one chunk of fresh samples (one member)."""
     key = jax.random.wrap_key_data(test_key_data, impl=static.key_impl)
     h_p, h_q = _outputs(
         static, params, rest, _draw_pair(static, jax.random.fold_in(key, index), chunk, inp)
     )
-    h_p = scale * h_p + shift
-    h_q = scale * h_q + shift
-    t_q = _objective(static).conjugate(h_q, inp.alpha.astype(h_q.dtype))
+    t_p = scale * h_p + shift
+    t_q = _objective(static).conjugate(scale * h_q + shift, inp.alpha.astype(h_q.dtype))
     mask = jnp.arange(chunk) < n_valid
-    return jnp.stack([_masked_moments(h_p, mask, n_valid), _masked_moments(t_q, mask, n_valid)])
+    z = jnp.where(mask, t_p - t_q, 0.0)
+    out = (
+        mom.of(t_p, mask),
+        mom.of(t_q, mask),
+        mom.of(z, mask),
+        berry_esseen.pair_moments(z, mask),
+        tails.sketch(t_p, centres[0], tails.DEFAULT_CAPACITY, mask),
+        tails.sketch(t_q, centres[1], tails.DEFAULT_CAPACITY, mask),
+    )
+    return out + ((z,) if keep else ())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -521,19 +570,28 @@ def _train_program(
     return _train_batch(static, inputs, params, rest, noise_key_data, z)
 
 
-@functools.partial(jax.jit, static_argnames=("static", "chunk"))
+@functools.partial(jax.jit, static_argnames=("static", "chunk", "keep"))
 def _evaluate_program(
-    inputs: MemberInputs, test_key_data, output: MemberTraining, index, n_valid, *, static, chunk
+    inputs: MemberInputs,
+    test_key_data,
+    output: MemberTraining,
+    index,
+    n_valid,
+    *,
+    static,
+    chunk,
+    keep=False,
 ):
     TRACE_COUNT["evaluate"] += 1
-    fn = functools.partial(_member_evaluate, static, chunk)
-    return jax.vmap(fn, in_axes=(0, 0, 0, 0, 0, 0, None, None))(
+    fn = functools.partial(_member_evaluate, static, chunk, keep)
+    return jax.vmap(fn, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None))(
         inputs,
         test_key_data,
         output.params,
         output.rest,
         output.scale,
         output.shift,
+        output.centres,
         index,
         n_valid,
     )
@@ -654,6 +712,14 @@ def _plan(
     check_choice("convention", convention, ("abs", "nonneg"))
     mechs = _as_mechanisms(mechanisms)
     specs = _as_specs(adversaries, adversary_options)
+    if config.guarantee == "finite-sample":
+        for spec in specs:
+            if spec.bound is None:
+                raise InvalidParameterError(
+                    f"guarantee='finite-sample' is invalid for the unbounded class {spec.label!r} in "
+                    "a sweep: use a bounded class (bound=B), or the estimator, which chooses B on "
+                    "validation data"
+                )
     alpha_grid = _as_alphas(divergence, alphas)
     lrs = (config.learning_rate,) if learning_rates is None else tuple(learning_rates)
     lrs = tuple(check_positive("learning_rates", lr) for lr in lrs)
@@ -776,20 +842,21 @@ def _model_static(static: _Static) -> _Static:
     return static._replace(blocks=0, block_steps=0, batch_size=0, val_samples=0, shared_noise=False)
 
 
-def _merge(acc: np.ndarray | None, n_acc: int, stats: np.ndarray, n_new: int) -> np.ndarray:
-    """Chan's parallel update of ``[M, 2, 4]`` (mean, m2, min, max) moments, in float64."""
-    stats = stats.astype(np.float64)
-    if acc is None:
-        return stats
-    total = n_acc + n_new
-    with np.errstate(invalid="ignore", over="ignore"):
-        delta = stats[..., 0] - acc[..., 0]
-        out = np.empty_like(acc)
-        out[..., 0] = acc[..., 0] + delta * n_new / total
-        out[..., 1] = acc[..., 1] + stats[..., 1] + delta * delta * n_acc * n_new / total
-    out[..., 2] = np.minimum(acc[..., 2], stats[..., 2])
-    out[..., 3] = np.maximum(acc[..., 3], stats[..., 3])
-    return out
+def _host_held_out(stats, n_valid: int) -> held_out.HeldOut:
+    """Device chunk statistics of a batch ``[M, ...]`` as float64 host held-out statistics."""
+    stats = jax.tree.map(_to_host, stats)
+    p, q, z, pairs, tail_p, tail_q = stats[:6]
+    z_samples = np.asarray(stats[6][:, :n_valid], np.float64) if len(stats) > 6 else None
+    f64 = lambda m: mom.Moments(*(np.asarray(f, np.float64) for f in m))  # noqa: E731
+    return held_out.HeldOut(
+        f64(p),
+        f64(q),
+        f64(z),
+        berry_esseen.PairMoments(f64(pairs.w), f64(pairs.v)),
+        tails.TailSketch(np.asarray(tail_p.top, np.float64), np.asarray(tail_p.count)),
+        tails.TailSketch(np.asarray(tail_q.top, np.float64), np.asarray(tail_q.count)),
+        z_samples,
+    )
 
 
 def _evaluate_batch(
@@ -799,12 +866,13 @@ def _evaluate_batch(
     n: int,
     chunk: int,
     sharding: NamedSharding,
-) -> np.ndarray:
-    """Streams ``n`` held-out samples per side per member; returns merged ``[M, 2, 4]`` moments."""
+) -> held_out.HeldOut:
+    """Streams ``n`` held-out samples per side per member; returns the merged statistics ``[M, ...]``."""
     seeds = [plan.members[i].seed for i in batch.members]
     test_kd = _put(_key_data(test_key, seeds), sharding)
+    keep = plan.config.finite_sample_method == "betting" and _any_finite_sample(batch, plan)
     # Always the full chunk shape (the last chunk masked), so every sample size shares one compilation.
-    acc, done = None, 0
+    acc = None
     for index, start in enumerate(range(0, n, chunk)):
         valid = min(chunk, n - start)
         stats = _evaluate_program(
@@ -815,17 +883,56 @@ def _evaluate_batch(
             np.int32(valid),
             static=_model_static(batch.static),
             chunk=chunk,
+            keep=keep,
         )
-        acc = _merge(acc, done, _to_host(stats), valid)
-        done += valid
+        part = _host_held_out(stats, valid)
+        acc = part if acc is None else held_out.merge(acc, part)
     return acc
+
+
+def _any_finite_sample(batch: TrainedBatch, plan: _Plan) -> bool:
+    return any(
+        resolve_guarantee(plan.config.guarantee, plan.members[i].adversary) == "finite-sample"
+        for i in batch.members[: batch.n_real]
+    )
+
+
+def _member_support(div, spec: AdversarySpec, scale: float, shift: float) -> tuple[float, float]:
+    """The range of the paired differences of a bounded member's fitted critic scale * h + shift."""
+    lo_h, hi_h = shift - abs(scale) * spec.bound, shift + abs(scale) * spec.bound
+    fmin, fmax = conjugate_range(div, lo_h, hi_h)
+    return lo_h - fmax, hi_h - fmin
+
+
+def _certify_member(
+    member: Member, held: held_out.HeldOut, scale: float, shift: float, config: SweepConfig, div
+) -> tuple[Bound, held_out.TailCheck, float]:
+    """A member's bound under the sweep's guarantee; returns it, the tail check and the cap."""
+    guarantee = resolve_guarantee(config.guarantee, member.adversary)
+    n = int(min(float(held.p.count), float(held.q.count)))
+    cap = cap_for(div, n, config.confidence)
+    support = None
+    if guarantee == "finite-sample":
+        support = _member_support(div, member.adversary, scale, shift)
+    bound, check = held_out.certify(
+        held,
+        guarantee=guarantee,
+        confidence=config.confidence,
+        family_size=config.family_size,
+        method=config.finite_sample_method,
+        support=support,
+        cap=cap,
+        tail_margin=config.tail_margin,
+    )
+    return bound, check, cap
 
 
 def _row(
     member: Member,
-    moments: np.ndarray,
-    n: int,
+    held: held_out.HeldOut,
     *,
+    scale: float,
+    shift: float,
     best_value: float,
     finite: bool,
     val_curve: np.ndarray,
@@ -834,20 +941,12 @@ def _row(
 ) -> dict[str, Any]:
     config = plan.config
     div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)
-    held = HeldOut(
-        Moments(n, *(float(x) for x in moments[0])), Moments(n, *(float(x) for x in moments[1]))
-    )
-    delta = 1.0 - config.confidence
-    summary = summarize(
-        div,
-        held,
-        z=z_quantile(1.0 - delta),
-        contains_constants=member.adversary.contains_constants,
-        val_curve=val_curve,
-    )
-    warnings = summary.pop("warnings")
+    bound, check, cap = _certify_member(member, held, scale, shift, config, div)
+    warnings: list[str] = []
     if not finite:
-        warnings.insert(0, "training diverged (NaN or inf); lower the learning rate")
+        warnings.append("training diverged (NaN or inf); lower the learning rate")
+    fields = bound_fields(div, held, bound, member.adversary, cap, warnings)
+    warnings.extend(diagnostics(div, held, fields, val_curve))
     mech = member.mechanism
     param_name = "epsilon" if mech.family == "laplace" else "sigma"
     return {
@@ -864,9 +963,14 @@ def _row(
         "alpha": member.alpha,
         "learning_rate": member.learning_rate,
         "seed": member.seed,
-        **summary,
+        **fields,
+        "guarantee": bound.kind,
+        "bound_method": bound.method,
+        "bounds": describe(div, member.adversary.label),
+        "tail_index_p": check.index_p,
+        "tail_index_q": check.index_q,
         "confidence": config.confidence,
-        "test_samples": n,
+        "test_samples": int(min(float(held.p.count), float(held.q.count))),
         "val_objective": best_value,
         "objective": objective,
         "finite": finite,
@@ -874,17 +978,16 @@ def _row(
     }
 
 
-def _batch_rows(
-    batch: TrainedBatch, plan: _Plan, moments: np.ndarray, n: int
-) -> list[dict[str, Any]]:
-    best = _to_host(batch.output.best_value)
-    finite = _to_host(batch.output.finite)
-    curves = _to_host(batch.output.val_curve)
+def _batch_rows(batch: TrainedBatch, plan: _Plan, held: held_out.HeldOut) -> list[dict[str, Any]]:
+    out = batch.output
+    best, finite, curves = _to_host(out.best_value), _to_host(out.finite), _to_host(out.val_curve)
+    scale, shift = _to_host(out.scale), _to_host(out.shift)
     return [
         _row(
             plan.members[i],
-            moments[j],
-            n,
+            held_out.take(held, j),
+            scale=float(scale[j]),
+            shift=float(shift[j]),
             best_value=float(best[j]),
             finite=bool(finite[j]),
             val_curve=curves[j],
@@ -1012,8 +1115,8 @@ def evaluate_sweep(
     _, sharding = _mesh(training.devices)
     rows: list[dict[str, Any]] = []
     for batch in training.batches:
-        moments = _evaluate_batch(batch, plan, key, n, config.eval_chunk, sharding)
-        rows.extend(_batch_rows(batch, plan, moments, n))
+        held = _evaluate_batch(batch, plan, key, n, config.eval_chunk, sharding)
+        rows.extend(_batch_rows(batch, plan, held))
     return sorted(rows, key=lambda r: r["member"])
 
 
@@ -1090,8 +1193,8 @@ def estimate_sweep(
     rows: list[dict[str, Any]] = []
     for batch in _train_batches(plan, k_train, max_batch=max_batch, devices=devs):
         n = config.test_samples
-        moments = _evaluate_batch(batch, plan, k_test, n, config.eval_chunk, sharding)
-        rows.extend(_batch_rows(batch, plan, moments, n))
+        held = _evaluate_batch(batch, plan, k_test, n, config.eval_chunk, sharding)
+        rows.extend(_batch_rows(batch, plan, held))
     return sorted(rows, key=lambda r: r["member"])
 
 

@@ -1,0 +1,408 @@
+"""From a trained critic to a certified lower bound: what is decided on validation data, and how.
+
+A held-out bound is honest only if everything that shapes it is fixed before the test samples are
+seen. This module makes those choices on VALIDATION samples (docs/theory/bounds.md, "What is decided
+where"):
+
+- the guarantee (``'finite-sample'`` or ``'asymptotic'``; ``'auto'`` picks finite-sample for bounded
+  classes and asymptotic otherwise);
+- for a finite-sample bound on an unbounded class, the bound B of the critic ``B tanh(h / B)`` (which
+  makes the f-form terms bounded, so the bound needs no assumption) and the finite-sample method
+  (Berry-Esseen or betting), by the bound each would give at the test sample size;
+- for an asymptotic bound whose critic has a visibly heavy tail on validation data, a shrunken member
+  t * h of the same class (a cone) whose tails clear the margin: a smaller but certifiable value.
+
+It also knows the support of the paired differences of a bounded critic, which the finite-sample bounds
+need, and the largest value a sample size can certify.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cbdp_jax._src.divergences import Divergence, kl_optimal_shift
+from cbdp_jax._src.statistics import berry_esseen, bounds, tails
+from cbdp_jax._src.statistics import held_out as ho
+from cbdp_jax._src.statistics import moments as mom
+from cbdp_jax._src.statistics.bounds import Bound, renyi_slope, to_reported
+from cbdp_jax._src.statistics.held_out import HEAVY_TAIL_SHARE, UNRELIABLE_SHARE, HeldOut
+from cbdp_jax._src.validation import check_choice
+
+GUARANTEE_CHOICES = ("auto", "finite-sample", "asymptotic")
+METHOD_CHOICES = ("auto", "berry-esseen", "betting")
+_B_CANDIDATES = 32
+_SHRINK_GRID = tuple(float(t) for t in np.geomspace(1.0, 0.05, 40))
+
+
+class Plan(NamedTuple):
+    """How a trained critic will be evaluated and certified, fixed on validation data.
+
+    Attributes:
+      guarantee: ``'finite-sample'`` or ``'asymptotic'``.
+      method: ``'clt'``, ``'berry-esseen'`` or ``'betting'``.
+      bound: B of the bounded critic (``inf``: unbounded).
+      scale: The critic's scale (after any shrink).
+      shift: The critic's constant (after any shrink).
+      tail_shrink: The factor t applied to h to clear the tail check (1.0: none).
+      support: ``(lo, hi)`` of the paired differences for a finite-sample bound, else None.
+      certified_class: Label of the class the bound is on (``'3.1*tanh(mlp(32x2))'`` for a bounded
+        critic built from ``mlp(32x2)``).
+
+    """
+
+    guarantee: str
+    method: str
+    bound: float
+    scale: float
+    shift: float
+    tail_shrink: float
+    support: tuple[float, float] | None
+    certified_class: str
+
+
+def resolve_guarantee(guarantee: str, spec) -> str:
+    """``'auto'``: finite-sample for a bounded class (its terms are bounded), asymptotic otherwise."""
+    check_choice("guarantee", guarantee, GUARANTEE_CHOICES)
+    if guarantee != "auto":
+        return guarantee
+    return "finite-sample" if spec.bound is not None else "asymptotic"
+
+
+def _conj64(div: Divergence, s) -> np.ndarray:
+    """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision."""
+    with jax.enable_x64(True), np.errstate(all="ignore"):
+        return np.asarray(div.conjugate(jnp.asarray(s, jnp.float64)), np.float64)
+
+
+def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
+    """Rigorous (min, max) bounds of the convex f* over [a, b].
+
+    The max of a convex function is at an endpoint. The min is bracketed on a grid, refined twice
+    around the best point, and lowered by (largest secant slope) x (final spacing): on a convex
+    function the slopes inside a bracket lie between those of its neighbouring secants, so the true
+    minimum cannot be lower. Both ends also move outwards by a relative 1e-9 for rounding.
+    """
+    lo_x, hi_x = float(a), float(b)
+    best, slack = math.inf, 0.0
+    for _ in range(3):
+        grid = np.linspace(lo_x, hi_x, 513)
+        values = _conj64(div, grid)
+        j = int(np.argmin(values))
+        best = min(best, float(values[j]))
+        left, right = max(j - 2, 0), min(j + 2, grid.size - 1)
+        step = grid[1] - grid[0]
+        slopes = np.diff(values[left : right + 1]) / step if right > left else np.zeros(1)
+        slack = float(np.max(np.abs(slopes))) * step if np.all(np.isfinite(slopes)) else math.inf
+        lo_x, hi_x = grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)]
+        if hi_x <= lo_x:
+            break
+    fmin = best - slack
+    ends = _conj64(div, np.array([a, b]))
+    fmax = float(max(ends))
+    return fmin - 1e-9 * (1.0 + abs(fmin)), fmax + 1e-9 * (1.0 + abs(fmax))
+
+
+def support(div: Divergence, bound: float) -> tuple[float, float]:
+    """(lo, hi) of Z = h(X) - f*(h(Y)) for a critic with values in (-bound, bound)."""
+    fmin, fmax = conjugate_range(div, -bound, bound)
+    return -bound - fmax, bound - fmin
+
+
+def _bounded(h: np.ndarray, b: float) -> np.ndarray:
+    return b * np.tanh(h / b)
+
+
+def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    with np.errstate(all="ignore"):
+        t_q = np.asarray(div.conjugate(jnp.asarray(h_q)), np.float64)
+    return np.asarray(h_p, np.float64), t_q
+
+
+def predicted_bound(
+    z_val: np.ndarray, lo: float, hi: float, n: int, confidence: float
+) -> tuple[float, str]:
+    """The bound each finite-sample method would give at n, predicted from validation differences.
+
+    The Berry-Esseen prediction runs the real bound on moments with the validation means and
+    variances but the test count, so it includes the moment bounds' slack (which grows with the
+    range); the betting prediction is its large-n width plus a range term. Returns the better
+    predicted bound and its method.
+    """
+    if z_val.size < 4 or not np.all(np.isfinite(z_val)):
+        return -math.inf, "betting"
+    sigma = float(np.std(z_val, ddof=1))
+    mean = float(np.mean(z_val))
+    log_inv = math.log(1.0 / (1.0 - confidence))
+    bet = sigma * math.sqrt(2.0 * log_inv / n) + (hi - lo) * log_inv / (0.5 * n)
+    if sigma <= 0:
+        return mean - bet, "betting"
+    m_val, pairs_val = berry_esseen.moments_of_sample(z_val)
+    scale = n / max(float(m_val.count), 1.0)
+
+    def rescaled(m: mom.Moments) -> mom.Moments:
+        return m._replace(count=m.count * scale, m2=m.m2 * scale)
+
+    pred = berry_esseen.lower_bound(
+        rescaled(m_val),
+        berry_esseen.PairMoments(rescaled(pairs_val.w), rescaled(pairs_val.v)),
+        lo,
+        hi,
+        confidence,
+    )
+    be = mean - pred.lower if pred.feasible else math.inf
+    if be < bet:
+        return mean - be, "berry-esseen"
+    return mean - bet, "betting"
+
+
+def choose_bound(
+    div: Divergence,
+    h_val_p: np.ndarray,
+    h_val_q: np.ndarray,
+    *,
+    n_test: int,
+    confidence: float,
+    method: str = "auto",
+    fixed_bound: float | None = None,
+) -> tuple[float, str, tuple[float, float]]:
+    """B (unless ``fixed_bound``) and the finite-sample method maximising the predicted test bound.
+
+    Args:
+      div: The divergence.
+      h_val_p: The unbounded critic on validation samples of P, ``[n]``.
+      h_val_q: On validation samples of Q, ``[m]``.
+      n_test: Paired held-out samples the bound will use.
+      confidence: The level of that bound.
+      method: ``'auto'`` or a fixed method.
+      fixed_bound: Use this B (a class that is bounded already) instead of choosing one.
+
+    Returns:
+      ``(B, method, support)``.
+
+    """
+    n = min(h_val_p.size, h_val_q.size)
+    h_p, h_q = np.asarray(h_val_p[:n], np.float64), np.asarray(h_val_q[:n], np.float64)
+    top = float(np.max(np.abs(np.concatenate([h_p, h_q])))) if n else 1.0
+    med = float(np.median(np.abs(np.concatenate([h_p, h_q])))) if n else 1.0
+    if fixed_bound is not None:
+        candidates = [float(fixed_bound)]
+    else:
+        lo_b = max(0.25 * med, 1e-3)
+        hi_b = max(4.0 * top, 2.0 * lo_b)
+        candidates = list(np.geomspace(lo_b, hi_b, _B_CANDIDATES))
+        if div.conjugate_sup < math.inf:
+            cap = 0.99 * div.conjugate_sup
+            candidates = sorted({min(b, cap) for b in candidates})
+    best = (-math.inf, candidates[0], "betting", (0.0, 1.0))
+    for b in candidates:
+        lo, hi = support(div, b)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            continue
+        hb_p = h_p if fixed_bound is not None else _bounded(h_p, b)
+        hb_q = h_q if fixed_bound is not None else _bounded(h_q, b)
+        t_p, t_q = _terms(div, hb_p, hb_q)
+        value, m = predicted_bound(t_p - t_q, lo, hi, n_test, confidence)
+        if method != "auto":
+            m = method
+        if value > best[0]:
+            best = (value, b, m, (lo, hi))
+    _, b, m, sup = best
+    return b, m, sup
+
+
+def tail_target(n_test: int, margin: float) -> float:
+    """The tail index a critic needs for the held-out check at n_test to pass with its point estimate.
+
+    The check passes when index - z index / sqrt(k) >= 2 + margin, k = tails.default_k(n_test).
+    """
+    k = tails.default_k(n_test)
+    z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
+    return (2.0 + margin) / max(1.0 - z / math.sqrt(k), 1e-3)
+
+
+def shrink_for_tails(
+    div: Divergence,
+    kind: str,
+    *,
+    h_val_p: np.ndarray,
+    h_val_q: np.ndarray,
+    h_fit_q: np.ndarray,
+    scale: float,
+    shift: float,
+    need: float,
+) -> tuple[float, float, float]:
+    """The largest t in a grid from 1 down whose critic t * h has both validation tail indices >= need.
+
+    ``h_*`` are the raw (unscaled) class outputs; the critic is ``scale * h + shift``. For KL the
+    constant is refitted for each t on the training outputs ``h_fit_q`` (the Donsker-Varadhan shift);
+    for the alpha family and others the whole critic is scaled (the class is a cone). Returns
+    ``(scale, shift, t)``; t = 1 when no shrink is needed or none helps.
+    """
+    for t in _SHRINK_GRID:
+        s = t * scale
+        c = t * shift
+        if kind == "dv":
+            c = float(kl_optimal_shift(jnp.asarray(s * h_fit_q)))
+        t_p, t_q = _terms(div, s * h_val_p + c, s * h_val_q + c)
+        if not (np.all(np.isfinite(t_p)) and np.all(np.isfinite(t_q))):
+            continue
+        held = _sample_held_out(t_p, t_q)
+        ip, iq = tails.hill(held.tail_p).index, tails.hill(held.tail_q).index
+        if min(ip, iq) >= need and held.heavy_tail_share() <= ho.UNRELIABLE_SHARE:
+            return s, c, t
+    return scale, shift, 1.0
+
+
+def _sample_held_out(t_p: np.ndarray, t_q: np.ndarray) -> ho.HeldOut:
+    """Held-out statistics of two whole (validation) samples of the terms, for the tail check."""
+    cp, cq = float(np.median(t_p)), float(np.median(t_q))
+    cap = tails.DEFAULT_CAPACITY
+
+    def sk(t, c):
+        dev = np.sort(np.abs(t - c))[::-1][:cap]
+        top = np.full(cap, -np.inf)
+        top[: dev.size] = dev
+        return tails.TailSketch(top, np.asarray(float(t.size)))
+
+    def moments(t):
+        mean = float(np.mean(t))
+        return mom.Moments(
+            float(t.size), mean, float(np.sum((t - mean) ** 2)), float(t.min()), float(t.max())
+        )
+
+    e = mom.empty()
+    return ho.HeldOut(
+        moments(t_p), moments(t_q), e, berry_esseen.PairMoments(e, e), sk(t_p, cp), sk(t_q, cq)
+    )
+
+
+def tail_centres(div: Divergence, h_val_p: np.ndarray, h_val_q: np.ndarray) -> tuple[float, float]:
+    """Centres of the held-out tail sketches: the validation medians of the two terms."""
+    t_p, t_q = _terms(div, h_val_p, h_val_q)
+    finite_q = t_q[np.isfinite(t_q)]
+    return float(np.median(t_p)), float(np.median(finite_q)) if finite_q.size else 0.0
+
+
+def cap_for(div: Divergence, n: int, confidence: float) -> float:
+    """The largest f-scale value ``n`` paired samples can certify (bounded critics of any B)."""
+    return bounds.certifiable_max(lambda s: _conj64(div, s), n, confidence)
+
+
+def describe(div: Divergence, certified_class: str) -> str:
+    """What a bound on v(h) bounds: the restricted divergence for that class, hence the unrestricted."""
+    return f"{div.label}^H(P||Q) for H = {certified_class}, hence {div.label}(P||Q)"
+
+
+def reported_bound(div, bound: Bound, spec) -> float:
+    """A bound on the reported scale; a refused bound is the trivial one (0 when H has constants)."""
+    trivial = 0.0 if spec.contains_constants else -math.inf
+    if not bound.certified:
+        return trivial
+    value = to_reported(div, bound.value)
+    return max(value, trivial)
+
+
+def bound_fields(div, held: HeldOut, bound: Bound, spec, cap: float, warnings: list[str]) -> dict:
+    """The estimate, its standard error and the bound on both scales."""
+    overflow = not (math.isfinite(float(held.p.mean)) and math.isfinite(float(held.p.m2)))
+    f_est = held.estimate if math.isfinite(float(held.q.mean)) and not overflow else -math.inf
+    f_se = held.std_error if math.isfinite(f_est) else math.inf
+    se = f_se * renyi_slope(div, f_est) if math.isfinite(f_se) else math.inf
+    if not bound.certified:
+        warnings.append(f"bound not certified: {bound.reason}")
+    return {
+        "estimate": to_reported(div, f_est),
+        "lower_bound": reported_bound(div, bound, spec),
+        "std_error": se,
+        "f_estimate": f_est,
+        "f_lower_bound": bound.value,
+        "f_std_error": f_se,
+        "bound_reliable": bound.certified,
+        "refusal": bound.reason,
+        "heavy_tail_share": held.heavy_tail_share() if math.isfinite(f_est) else 0.0,
+        "certifiable_max": to_reported(div, cap),
+    }
+
+
+def diagnostics(
+    div, held: HeldOut, fields: dict, val_curve: np.ndarray, insample: HeldOut | None = None
+) -> list[str]:
+    """Warnings about overflow, heavy tails, the sample-size ceiling, convergence and overfitting."""
+    out: list[str] = []
+    f_est, f_se = fields["f_estimate"], fields["f_std_error"]
+    if not (math.isfinite(float(held.p.mean)) and math.isfinite(float(held.p.m2))):
+        out.append(
+            "the adversary's outputs overflowed (non-finite) on held-out samples: no estimate; "
+            "retry with dtype='float64' or a smaller learning rate"
+        )
+    elif not math.isfinite(f_est):
+        out.append(
+            "f*(h) overflowed (non-finite) on held-out Q samples: no estimate; retry with "
+            "dtype='float64', more samples or a smaller class"
+        )
+    share = fields["heavy_tail_share"]
+    if HEAVY_TAIL_SHARE < share <= UNRELIABLE_SHARE:
+        out.append(
+            f"heavy tail: one held-out sample carries {share:.0%} of the variance of f*(h) under Q; "
+            "the standard error may be underestimated (docs/theory/bounds.md)"
+        )
+    n = int(min(float(held.p.count), float(held.q.count)))
+    cap = fields["certifiable_max"]
+    if math.isfinite(f_est) and fields["estimate"] > cap:
+        out.append(
+            f"{n} samples per side can certify at most {cap:.4g} with any finite-sample bound; the "
+            f"estimate {fields['estimate']:.4g} is beyond what this many samples can confirm"
+        )
+    elif fields["lower_bound"] <= 0.0 and cap < 1.0:
+        out.append(
+            f"{n} samples per side can certify at most {cap:.4g} with any finite-sample bound; "
+            "use more held-out samples"
+        )
+    out.extend(_convergence(val_curve, f_se))
+    if insample is None:
+        return out
+    gap = insample.estimate - f_est
+    if math.isfinite(gap) and gap > 3.0 * f_se + 0.01 * abs(f_est) + 1e-3:
+        out.append(
+            f"train/test gap: in-sample value exceeds the held-out estimate by {gap:.3g} "
+            f"(> 3 standard errors); the adversary overfits -- use more samples or a smaller class"
+        )
+    return out
+
+
+def _convergence(val_curve: np.ndarray, f_se: float) -> list[str]:
+    blocks = len(val_curve)
+    if blocks < 4 or not math.isfinite(f_se):
+        return []
+    tail = max(blocks // 4, 1)
+    if not np.all(np.isfinite(val_curve[-1 - tail :])):
+        return []
+    gain = float(val_curve[-1] - val_curve[-1 - tail])
+    if np.argmax(val_curve) >= blocks - max(blocks // 10, 1) and gain > max(f_se, 1e-3):
+        return [
+            f"not converged: validation objective still rose by {gain:.3g} over the last {tail} "
+            "evaluation blocks; increase steps"
+        ]
+    return []
+
+
+__all__ = [
+    "Plan",
+    "bound_fields",
+    "diagnostics",
+    "reported_bound",
+    "cap_for",
+    "choose_bound",
+    "conjugate_range",
+    "describe",
+    "predicted_bound",
+    "resolve_guarantee",
+    "shrink_for_tails",
+    "support",
+    "tail_centres",
+]

@@ -1,0 +1,125 @@
+"""Sample moments as a mergeable pytree: count, mean, centred sum of squares, minimum and maximum.
+
+A held-out evaluation streams its samples in chunks (and a sweep over members and devices); each chunk
+contributes its :class:`Moments` and :func:`merge` combines two of them exactly (Chan, Golub and
+LeVeque's parallel update of the mean and the centred sum of squares), so the result does not depend on
+how the sample was cut. The fields are arrays of any common shape (a leading member axis in sweeps), so
+the same functions run inside ``jit`` / ``vmap`` (JAX arrays) and on the host in float64 (NumPy
+arrays): :func:`merge` uses only arithmetic and the ``minimum`` / ``maximum`` of the inputs' own array
+library.
+
+References:
+  Chan, Golub, LeVeque, "Updating formulae and a pairwise algorithm for computing sample variances",
+  COMPSTAT 1982. docs/theory/bounds.md, section "Moments".
+
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Moments(NamedTuple):
+    """Moments of a sample (or of a batch of samples: every field has the same shape).
+
+    Attributes:
+      count: Number of observations (float, so that merges stay in one dtype).
+      mean: Sample mean (0 for an empty sample).
+      m2: Centred sum of squares, sum_i (x_i - mean)^2.
+      lo: Smallest observation (+inf for an empty sample).
+      hi: Largest observation (-inf for an empty sample).
+
+    """
+
+    count: Any
+    mean: Any
+    m2: Any
+    lo: Any
+    hi: Any
+
+    @property
+    def variance(self):
+        """The unbiased sample variance m2 / (count - 1); +inf with fewer than two observations."""
+        xp = _xp(self.m2)
+        safe = xp.where(self.count > 1, self.count - 1, 1)
+        return xp.where(self.count > 1, self.m2 / safe, xp.inf)
+
+    @property
+    def std_error(self):
+        """The standard error of the mean, sqrt(variance / count)."""
+        xp = _xp(self.m2)
+        return xp.sqrt(self.variance / xp.maximum(self.count, 1))
+
+
+def _xp(x):
+    return jnp if isinstance(x, jax.Array) else np
+
+
+def empty(shape: tuple[int, ...] = (), dtype=np.float64) -> Moments:
+    """The moments of an empty sample (the identity of :func:`merge`), as NumPy arrays."""
+    z = np.zeros(shape, dtype)
+    return Moments(z, z, z, np.full(shape, np.inf, dtype), np.full(shape, -np.inf, dtype))
+
+
+def of(x: jax.Array, mask: jax.Array | None = None, axis: int = -1) -> Moments:
+    """The moments of ``x`` along ``axis`` (only the entries where ``mask`` is True). Traceable.
+
+    Args:
+      x: Observations, e.g. ``[n]`` or ``[members, n]``.
+      mask: Boolean array broadcastable to ``x``; False entries are ignored (padding of a last chunk).
+      axis: The sample axis.
+
+    Returns:
+      :class:`Moments` with the sample axis reduced.
+
+    """
+    x = jnp.asarray(x)
+    if mask is None:
+        mask = jnp.ones(x.shape, bool)
+    mask = jnp.broadcast_to(mask, x.shape)
+    count = jnp.sum(mask, axis=axis).astype(x.dtype)
+    total = jnp.sum(jnp.where(mask, x, 0), axis=axis)
+    mean = total / jnp.maximum(count, 1)
+    centred = jnp.where(mask, x - jnp.expand_dims(mean, axis), 0)
+    return Moments(
+        count,
+        mean,
+        jnp.sum(centred * centred, axis=axis),
+        jnp.min(jnp.where(mask, x, jnp.inf), axis=axis),
+        jnp.max(jnp.where(mask, x, -jnp.inf), axis=axis),
+    )
+
+
+def merge(a: Moments, b: Moments) -> Moments:
+    """The moments of the union of two disjoint samples (Chan's parallel update).
+
+    Exact in real arithmetic, elementwise over batched fields; either side may be empty.
+    """
+    xp = _xp(a.mean) if _xp(b.mean) is np else jnp
+    total = a.count + b.count
+    safe = xp.where(total > 0, total, 1)
+    delta = b.mean - a.mean
+    # Written so that an empty side (count 0) leaves the other unchanged, with no 0/0.
+    mean = a.mean + delta * (b.count / safe)
+    m2 = a.m2 + b.m2 + delta * delta * (a.count * b.count / safe)
+    return Moments(
+        total,
+        xp.where(total > 0, mean, 0),
+        xp.where(total > 0, m2, 0),
+        xp.minimum(a.lo, b.lo),
+        xp.maximum(a.hi, b.hi),
+    )
+
+
+def to_host(m: Moments) -> Moments:
+    """The moments as float64 NumPy arrays (gathered from devices), ready for host-side merging."""
+    return Moments(*(np.asarray(jax.device_get(f), np.float64) for f in m))
+
+
+def take(m: Moments, index) -> Moments:
+    """One member (or a slice) of batched moments."""
+    return Moments(*(f[index] for f in m))

@@ -73,7 +73,9 @@ def test_two_points_against_one_is_not_infinite_for_the_linear_class():
 
 def test_a_non_private_release_is_infinite_from_its_law_but_finite_for_a_bounded_class():
     cfg = EstimatorConfig(steps=100, ensemble=1)
-    inf = estimate(jax.random.key(3), NonPrivateRelease(dim=1), samples=1000, adversary="linear", config=cfg)
+    inf = estimate(
+        jax.random.key(3), NonPrivateRelease(dim=1), samples=1000, adversary="linear", config=cfg
+    )
     assert inf.unbounded and inf.lower_bound == math.inf and inf.guarantee == "exact"
     bounded = estimate(
         jax.random.key(3),
@@ -170,3 +172,31 @@ def test_exact_linear_value_is_a_fixed_reference_for_the_coverage_benchmark():
     a = math.sqrt(5.0) - 1.0  # optimal slope sqrt(eps^2 + 1) - 1 at eps = 2
     assert 2.0 / a == pytest.approx(1.618, abs=1e-3)  # the tail index eps / a* of exp(h) under Q
     assert v == pytest.approx(0.7549, abs=1e-4)
+
+
+def test_conservative_fit_shrinks_a_heavy_tailed_scale_and_keeps_a_light_one():
+    # Validation outputs h of a Renyi-4 critic: under Q a Pareto(1.2) tail makes |h|^(4/3) heavy, so
+    # the best validation lower bound sits below the closed-form scale; a Gaussian h keeps it.
+    import jax.numpy as jnp
+
+    from cbdp_jax._src.divergences import alpha_conjugate
+    from cbdp_jax._src.objectives import conservative_fit, objective_functions
+
+    conj = objective_functions("renyi_scale_free", "renyi", "abs").conjugate
+    rng = np.random.default_rng(12)
+    h_p = jnp.asarray(rng.normal(1.0, 0.5, 20_000))
+    light_q = jnp.asarray(rng.normal(0.0, 0.5, 20_000))
+    heavy_q = jnp.asarray(rng.pareto(1.2, 20_000) * 0.3)
+    one, zero = jnp.asarray(1.0), jnp.asarray(0.0)
+    s_light, _ = conservative_fit("renyi_scale_free", conj, h_p, light_q, one, zero, 1.645, 4.0)
+    s_heavy, _ = conservative_fit("renyi_scale_free", conj, h_p, heavy_q, one, zero, 1.645, 4.0)
+    assert float(s_light) == 1.0
+    assert float(s_heavy) < 1.0
+
+    # The chosen scale's validation bound is at least the closed-form one (it is in the grid).
+    def lcb(s):
+        a, b = s * h_p, alpha_conjugate(s * heavy_q, 4.0, "abs")
+        se = jnp.sqrt(jnp.var(a, ddof=1) / a.size + jnp.var(b, ddof=1) / b.size)
+        return float(jnp.mean(a) - jnp.mean(b) - 1.645 * se)
+
+    assert lcb(float(s_heavy)) >= lcb(1.0)

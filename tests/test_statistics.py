@@ -105,9 +105,7 @@ def test_pareto_one_and_a_half_is_refused_and_a_light_tail_is_not():
     rng = np.random.default_rng(3)
     light = rng.normal(size=100_000)
     heavy = rng.pareto(1.5, 100_000)  # infinite variance
-    refused, check = held_out.certify(
-        _held(light, heavy), guarantee="asymptotic", confidence=0.95
-    )
+    refused, check = held_out.certify(_held(light, heavy), guarantee="asymptotic", confidence=0.95)
     assert not refused.certified and refused.value == -math.inf
     assert "heavy tail" in refused.reason and check.index_q < 2.0
     # Negative control: the same call on a light-tailed Q-term certifies.

@@ -18,6 +18,7 @@ need, and the largest value a sample size can certify.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.divergences import Divergence, kl_optimal_shift
+from cbdp_jax._src.divergences import Divergence, get_divergence, kl_optimal_shift
 from cbdp_jax._src.statistics import berry_esseen, bounds, tails
 from cbdp_jax._src.statistics import held_out as ho
 from cbdp_jax._src.statistics import moments as mom
@@ -126,23 +127,38 @@ def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarra
 def predicted_bound(
     z_val: np.ndarray, lo: float, hi: float, n: int, confidence: float
 ) -> tuple[float, str]:
-    """The bound each finite-sample method would give at n, predicted from validation differences.
+    """The bound each finite-sample method would give at n, predicted from validation differences."""
+    if z_val.size < 4 or not np.all(np.isfinite(z_val)):
+        return -math.inf, "betting"
+    m_val, pairs_val = berry_esseen.moments_of_sample(z_val)
+    return predicted_bound_from_moments(m_val, pairs_val, lo, hi, n, confidence)
+
+
+def predicted_bound_from_moments(
+    m_val: mom.Moments,
+    pairs_val: berry_esseen.PairMoments,
+    lo: float,
+    hi: float,
+    n: int,
+    confidence: float,
+) -> tuple[float, str]:
+    """The bound each finite-sample method would give at n, from validation moments.
 
     The Berry-Esseen prediction runs the real bound on moments with the validation means and
     variances but the test count, so it includes the moment bounds' slack (which grows with the
     range); the betting prediction is its large-n width plus a range term. Returns the better
     predicted bound and its method.
     """
-    if z_val.size < 4 or not np.all(np.isfinite(z_val)):
+    count = float(m_val.count)
+    mean = float(m_val.mean)
+    if count < 4 or not math.isfinite(mean):
         return -math.inf, "betting"
-    sigma = float(np.std(z_val, ddof=1))
-    mean = float(np.mean(z_val))
+    sigma = math.sqrt(max(float(m_val.m2), 0.0) / (count - 1.0))
     log_inv = math.log(1.0 / (1.0 - confidence))
     bet = sigma * math.sqrt(2.0 * log_inv / n) + (hi - lo) * log_inv / (0.5 * n)
     if sigma <= 0:
         return mean - bet, "betting"
-    m_val, pairs_val = berry_esseen.moments_of_sample(z_val)
-    scale = n / max(float(m_val.count), 1.0)
+    scale = n / count
 
     def rescaled(m: mom.Moments) -> mom.Moments:
         return m._replace(count=m.count * scale, m2=m.m2 * scale)
@@ -290,6 +306,12 @@ def tail_centres(div: Divergence, h_val_p: np.ndarray, h_val_q: np.ndarray) -> t
 
 def cap_for(div: Divergence, n: int, confidence: float) -> float:
     """The largest f-scale value ``n`` paired samples can certify (bounded critics of any B)."""
+    return _cap(div.name, div.alpha, div.convention, int(n), float(confidence))
+
+
+@functools.lru_cache(maxsize=256)
+def _cap(name: str, alpha, convention: str, n: int, confidence: float) -> float:
+    div = get_divergence(name, alpha=alpha, convention=convention)
     return bounds.certifiable_max(lambda s: _conj64(div, s), n, confidence)
 
 
@@ -326,6 +348,10 @@ def bound_fields(div, held: HeldOut, bound: Bound, spec, cap: float, warnings: l
         "refusal": bound.reason,
         "heavy_tail_share": held.heavy_tail_share() if math.isfinite(f_est) else 0.0,
         "certifiable_max": to_reported(div, cap),
+        # The CLT bound on the same held-out data, for comparison only (unchecked, not certified).
+        "f_clt_lower_bound": bounds.clt_lower_bound(
+            held.p, held.q, confidence=bound.confidence
+        ).value,
     }
 
 
@@ -353,7 +379,12 @@ def diagnostics(
         )
     n = int(min(float(held.p.count), float(held.q.count)))
     cap = fields["certifiable_max"]
-    if math.isfinite(f_est) and fields["estimate"] > cap:
+    if cap == -math.inf:
+        out.append(
+            f"{n} samples per side cannot certify any positive value with a finite-sample bound; "
+            "use more held-out samples"
+        )
+    elif math.isfinite(f_est) and fields["estimate"] > cap:
         out.append(
             f"{n} samples per side can certify at most {cap:.4g} with any finite-sample bound; the "
             f"estimate {fields['estimate']:.4g} is beyond what this many samples can confirm"

@@ -208,7 +208,9 @@ class EstimateResult:
       tail_index_q: Hill's tail index of f*(h(Y)) under Q on held-out samples.
       tail_shrink: The factor t < 1 applied on validation data to clear the tail check (1: none).
       certifiable_max: The largest value (reported scale) any finite-sample bound could certify from
-        this many held-out samples per side; roughly log(n) for KL.
+        this many held-out samples per side; roughly log(n) - 1.8 for KL and Renyi.
+      f_clt_lower_bound: The CLT bound on the same held-out data (f-scale), for comparison only: it
+        is neither tail-checked nor certified.
       heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h).
       unbounded: True when the divergence is +inf (then ``estimate`` and ``lower_bound`` are inf).
       reason: Why the result is unbounded, if it is.
@@ -249,6 +251,7 @@ class EstimateResult:
     tail_index_q: float = math.inf
     tail_shrink: float = 1.0
     certifiable_max: float = math.inf
+    f_clt_lower_bound: float = -math.inf
     heavy_tail_share: float = 0.0
     unbounded: bool = False
     reason: str | None = None
@@ -690,14 +693,18 @@ def _directions(
     return results[0], results[1]
 
 
-def _known_infinite(mechanism, spec: AdversarySpec, div) -> str | None:
-    """Why D^H is +inf for this mechanism and class, from the mechanism's law (never from samples)."""
+def _known_infinite(pair, spec: AdversarySpec, div) -> str | None:
+    """Why D^H is +inf for this pair and class, from the mechanism's law (never from samples)."""
     from cbdp_jax._src.mechanisms import NonPrivateRelease
 
-    if not isinstance(mechanism, NonPrivateRelease):
+    if not isinstance(pair.mechanism, NonPrivateRelease):
         return None
     if spec.bound is not None or div.conjugate_sup < math.inf:
         return None  # bounded critics, or f* with a bounded domain: a finite value
+    key = jax.random.key(0)  # a point mass: the draw does not depend on the key
+    a, b = pair.sample(key, 1)
+    if np.array_equal(np.asarray(a), np.asarray(b)):
+        return None  # the same point mass on both sides: P = Q
     return (
         "the mechanism is a NonPrivateRelease: its outputs on D and D' are two distinct point "
         "masses, so the divergence is +inf for any unbounded class that separates them (paper "
@@ -930,7 +937,7 @@ def estimate(
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
     mech = pair.mechanism
-    known_infinite = _known_infinite(mech, spec, div)
+    known_infinite = _known_infinite(pair, spec, div)
 
     def make_problem(swap: bool) -> _Problem:
         d_a, d_b = (pair.dataset, pair.neighbour) if not swap else (pair.neighbour, pair.dataset)

@@ -74,6 +74,7 @@ from cbdp_jax._src.certification import (
     conjugate_range,
     describe,
     diagnostics,
+    predicted_bound_from_moments,
     resolve_guarantee,
 )
 from cbdp_jax._src.divergences import get_divergence
@@ -86,7 +87,7 @@ from cbdp_jax._src.objectives import (
 )
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
-from cbdp_jax._src.statistics.bounds import Bound, z_quantile
+from cbdp_jax._src.statistics.bounds import Bound, family_confidence, z_quantile
 from cbdp_jax._src.statistics.held_out import TAIL_MARGIN
 from cbdp_jax._src.training import apply_fn, early_stopping_scan, lockstep_state_axes
 from cbdp_jax._src.validation import (
@@ -131,8 +132,9 @@ class SweepConfig:
       guarantee: ``'asymptotic'`` (the CLT bound, refused when the held-out tails look infinite),
         ``'finite-sample'`` (bounded classes only: ``bound=B``; no assumption) or ``'auto'``
         (finite-sample for bounded classes, asymptotic otherwise). See docs/theory/bounds.md.
-      finite_sample_method: ``'berry-esseen'`` (streams: moments only) or ``'betting'`` (keeps every
-        member's paired differences on the host: ``members x test_samples`` floats).
+      finite_sample_method: ``'berry-esseen'`` (streams: moments only), ``'betting'`` (keeps a
+        batch's paired differences on the host: ``max_batch x test_samples`` floats), or ``'auto'``
+        (per member, the one predicted tighter from its validation differences).
       tail_margin: The asymptotic bound's tail check needs index >= 2 + tail_margin.
       shared_noise: All members draw the same standard noise at a given training step, each scaling
         it by its own noise scale and shifting it to its own centre -- as the estimator's ensemble
@@ -156,7 +158,7 @@ class SweepConfig:
     dtype: str = "float32"
     shared_noise: bool = True
     guarantee: str = "auto"
-    finite_sample_method: str = "berry-esseen"
+    finite_sample_method: str = "auto"
     tail_margin: float = TAIL_MARGIN
 
     def __post_init__(self):
@@ -171,7 +173,9 @@ class SweepConfig:
         check_int_at_least("family_size", self.family_size, 1)
         check_choice("dtype", self.dtype, ("float32", "float64"))
         check_choice("guarantee", self.guarantee, GUARANTEE_CHOICES)
-        check_choice("finite_sample_method", self.finite_sample_method, ("berry-esseen", "betting"))
+        check_choice(
+            "finite_sample_method", self.finite_sample_method, ("auto", "berry-esseen", "betting")
+        )
         check_in_range("tail_margin", self.tail_margin, 0.0, 10.0)
         if self.dtype == "float64" and not jax.config.jax_enable_x64:
             raise InvalidParameterError(
@@ -266,6 +270,8 @@ class MemberTraining(NamedTuple):
       val_curve: Validation objective after each block, ``[M, blocks]``.
       centres: Validation medians of the two f-form terms of the fitted function (the centres of the
         held-out tail sketches), ``[M, 2]``.
+      val_z: Moments and pair moments of the fitted function's paired validation differences (to
+        choose each member's finite-sample method before the test samples are drawn).
 
     """
 
@@ -278,6 +284,7 @@ class MemberTraining(NamedTuple):
     train_curve: Any
     val_curve: Any
     centres: Any
+    val_z: Any
 
 
 class TrainedBatch(NamedTuple):
@@ -485,13 +492,18 @@ def _train_batch(
 
     scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
 
-    def centres(p_, r_, inp, x, sc, sh):
+    def validation_stats(p_, r_, inp, x, sc, sh):
         h_p, h_q = _outputs(static, p_, r_, x)
+        t_p = sc * h_p + sh
         t_q = objective.conjugate(sc * h_q + sh, inp.alpha.astype(dt))
-        return jnp.stack([jnp.median(sc * h_p + sh), jnp.median(t_q)])
+        z = t_p - t_q
+        centre = jnp.stack([jnp.median(t_p), jnp.median(t_q)])
+        return centre, (mom.of(z), berry_esseen.pair_moments(z))
 
-    cent = jax.vmap(centres)(best_p, rest, inputs, val_x, scale, shift)
-    return MemberTraining(best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent)
+    cent, val_z = jax.vmap(validation_stats)(best_p, rest, inputs, val_x, scale, shift)
+    return MemberTraining(
+        best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent, val_z
+    )
 
 
 def _member_evaluate(
@@ -870,7 +882,7 @@ def _evaluate_batch(
     """Streams ``n`` held-out samples per side per member; returns the merged statistics ``[M, ...]``."""
     seeds = [plan.members[i].seed for i in batch.members]
     test_kd = _put(_key_data(test_key, seeds), sharding)
-    keep = plan.config.finite_sample_method == "betting" and _any_finite_sample(batch, plan)
+    keep = "betting" in _member_methods(batch, plan)
     # Always the full chunk shape (the last chunk masked), so every sample size shares one compilation.
     acc = None
     for index, start in enumerate(range(0, n, chunk)):
@@ -890,11 +902,30 @@ def _evaluate_batch(
     return acc
 
 
-def _any_finite_sample(batch: TrainedBatch, plan: _Plan) -> bool:
-    return any(
-        resolve_guarantee(plan.config.guarantee, plan.members[i].adversary) == "finite-sample"
-        for i in batch.members[: batch.n_real]
-    )
+def _member_methods(batch: TrainedBatch, plan: _Plan) -> list[str]:
+    """Each real member's bound method, decided from its validation statistics (never the test data)."""
+    config = plan.config
+    out = batch.output
+    scale, shift = _to_host(out.scale), _to_host(out.shift)
+    zm, zp = jax.tree.map(_to_host, out.val_z)
+    methods = []
+    for j, i in enumerate(batch.members[: batch.n_real]):
+        member = plan.members[i]
+        if resolve_guarantee(config.guarantee, member.adversary) != "finite-sample":
+            methods.append("clt")
+            continue
+        if config.finite_sample_method != "auto":
+            methods.append(config.finite_sample_method)
+            continue
+        div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)
+        lo, hi = _member_support(div, member.adversary, float(scale[j]), float(shift[j]))
+        pairs = berry_esseen.PairMoments(mom.take(zp.w, j), mom.take(zp.v, j))
+        level = family_confidence(config.confidence, config.family_size)
+        _, method = predicted_bound_from_moments(
+            mom.take(zm, j), pairs, lo, hi, config.test_samples, level
+        )
+        methods.append(method)
+    return methods
 
 
 def _member_support(div, spec: AdversarySpec, scale: float, shift: float) -> tuple[float, float]:
@@ -905,7 +936,13 @@ def _member_support(div, spec: AdversarySpec, scale: float, shift: float) -> tup
 
 
 def _certify_member(
-    member: Member, held: held_out.HeldOut, scale: float, shift: float, config: SweepConfig, div
+    member: Member,
+    held: held_out.HeldOut,
+    scale: float,
+    shift: float,
+    config: SweepConfig,
+    div,
+    method: str,
 ) -> tuple[Bound, held_out.TailCheck, float]:
     """A member's bound under the sweep's guarantee; returns it, the tail check and the cap."""
     guarantee = resolve_guarantee(config.guarantee, member.adversary)
@@ -919,7 +956,7 @@ def _certify_member(
         guarantee=guarantee,
         confidence=config.confidence,
         family_size=config.family_size,
-        method=config.finite_sample_method,
+        method=method,
         support=support,
         cap=cap,
         tail_margin=config.tail_margin,
@@ -938,10 +975,11 @@ def _row(
     val_curve: np.ndarray,
     plan: _Plan,
     objective: str,
+    method: str,
 ) -> dict[str, Any]:
     config = plan.config
     div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)
-    bound, check, cap = _certify_member(member, held, scale, shift, config, div)
+    bound, check, cap = _certify_member(member, held, scale, shift, config, div, method)
     warnings: list[str] = []
     if not finite:
         warnings.append("training diverged (NaN or inf); lower the learning rate")
@@ -982,6 +1020,7 @@ def _batch_rows(batch: TrainedBatch, plan: _Plan, held: held_out.HeldOut) -> lis
     out = batch.output
     best, finite, curves = _to_host(out.best_value), _to_host(out.finite), _to_host(out.val_curve)
     scale, shift = _to_host(out.scale), _to_host(out.shift)
+    methods = _member_methods(batch, plan)
     return [
         _row(
             plan.members[i],
@@ -993,6 +1032,7 @@ def _batch_rows(batch: TrainedBatch, plan: _Plan, held: held_out.HeldOut) -> lis
             val_curve=curves[j],
             plan=plan,
             objective=batch.static.objective,
+            method=methods[j],
         )
         for j, i in enumerate(batch.members[: batch.n_real])
     ]

@@ -137,14 +137,18 @@ def lower_bound(x, lo: float, hi: float, confidence: float, *, anytime: bool = F
     return lo + (hi - lo) * unit
 
 
-def lower_bounds(x, lo: float, hi: float, confidence: float, *, anytime: bool = False) -> np.ndarray:
+def lower_bounds(
+    x, lo: float, hi: float, confidence: float, *, anytime: bool = False
+) -> np.ndarray:
     """:func:`lower_bound` for each row of ``x`` ``[R, n]`` (independent samples), vectorised."""
     check_in_range("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
     x = np.asarray(x, np.float64)
     if x.ndim != 2 or x.shape[1] == 0:
         raise InvalidParameterError(f"x is invalid: must be [rows, n] with n >= 1, got {x.shape}")
     if np.any(x < lo) or np.any(x > hi):
-        raise InvalidParameterError(f"x is invalid: observations leave the stated support [{lo}, {hi}]")
+        raise InvalidParameterError(
+            f"x is invalid: observations leave the stated support [{lo}, {hi}]"
+        )
     with jax.enable_x64(True):
         u = jnp.asarray((x - lo) / (hi - lo), jnp.float64)
         log_inv = math.log(1.0 / (1.0 - confidence))

@@ -186,16 +186,30 @@ def certifiable_max(
     # >= log(1/delta); solved for the largest such m.
     growth = math.expm1(log_inv / n)
     unit = c / (c + growth)
-    best = -math.inf
-    for b in np.geomspace(1e-3, 1e4, 400):
-        s = np.linspace(-b, b, 201)
+
+    def best_on(grid: np.ndarray) -> tuple[float, int]:
+        b = grid[:, None]
+        s = b * np.linspace(-1.0, 1.0, 201)[None, :]  # f* for every B at once
         with np.errstate(over="ignore", invalid="ignore"):
             f = np.asarray(conjugate(s), np.float64)
-        if not np.all(np.isfinite(f)):
-            continue
-        lo, hi = -b - f.max(), b - f.min()
-        best = max(best, hi - (hi - lo) * (1.0 - unit))
-    return best
+        ok = np.all(np.isfinite(f), axis=1)
+        lo, hi = -grid - f.max(axis=1), grid - f.min(axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = np.where(ok, hi - (hi - lo) * (1.0 - unit), -np.inf)
+        j = int(np.argmax(values))
+        return float(values[j]), j
+
+    # The best B grows like n^(alpha - 1) for the alpha family: extend the grid upwards while the
+    # best point is its last one, then refine around the best point.
+    top = 1e6
+    while True:
+        grid = np.geomspace(1e-3, top, 400)
+        value, j = best_on(grid)
+        if j < grid.size - 1 or top >= 1e290:
+            break
+        top *= 1e6
+    fine = np.geomspace(grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)], 400)
+    return max(value, best_on(fine)[0])
 
 
 def to_reported(div, value: float) -> float:

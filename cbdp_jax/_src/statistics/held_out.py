@@ -156,7 +156,9 @@ def tail_check(held: HeldOut, margin: float = TAIL_MARGIN) -> TailCheck:
     need = 2.0 + margin
     reason = None
     if min(lp, lq) < need:
-        which, est, low = ("f*(h) under Q", hq.index, lq) if lq <= lp else ("h under P", hp.index, lp)
+        which, est, low = (
+            ("f*(h) under Q", hq.index, lq) if lq <= lp else ("h under P", hp.index, lp)
+        )
         reason = (
             f"heavy tail: the tail index of {which} is estimated at {est:.2f} (Hill; "
             f"{TAIL_CONFIDENCE:.0%} lower limit {low:.2f}), not shown to exceed {need:g}; its "

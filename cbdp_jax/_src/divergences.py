@@ -19,10 +19,10 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,32 +34,94 @@ DIVERGENCE_NAMES = ("kl", "renyi", "alpha", "tv", "hellinger", "chi2", "js")
 CONVENTIONS = ("abs", "nonneg")
 
 
-class Divergence(NamedTuple):
-    """One f-divergence with its conjugate, as pure JAX functions.
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """One f-divergence: a static, hashable value (usable as a ``jax.jit`` static argument).
+
+    The functions are methods; the order may be fixed here (``alpha``) or passed, possibly traced, to
+    :meth:`conjugate` (one compiled program serves a grid of orders). Build one with
+    :func:`get_divergence` or the constructors ``Divergence.kl()``, ``Divergence.renyi(alpha)``, ...
 
     Attributes:
       name: One of ``DIVERGENCE_NAMES``. ``'renyi'`` is the alpha-divergence reported on the Renyi scale.
-      f: The convex generator ``f(t)``, elementwise.
-      conjugate: ``f*(s)``, elementwise; ``+inf`` where s lies outside the conjugate's domain.
-      conjugate_sup: f*(s) is finite for s below this level (``inf`` if everywhere finite; for total
-        variation the domain is the closed interval |s| <= 1/2).
       alpha: The order for ``'alpha'`` and ``'renyi'``, else None.
       convention: ``'abs'`` (the paper's: f extended to t < 0 by |t|, f* symmetric) or ``'nonneg'``
         (f on t >= 0, f*(s) = C_a max(s, 0)^A + const) for the alpha family; ``'abs'`` otherwise.
-      to_reported: Maps a value of D_f to the reported scale (the Renyi map for ``'renyi'``, identity
-        otherwise). Increasing, so it maps lower bounds to lower bounds.
-      from_reported: The inverse of ``to_reported``.
+
+    References:
+      docs/theory/divergences.md (the table of f and f*, the conventions, the Renyi map).
 
     """
 
     name: str
-    f: Callable[[jax.Array], jax.Array]
-    conjugate: Callable[[jax.Array], jax.Array]
-    conjugate_sup: float
-    alpha: float | None
-    convention: str
-    to_reported: Callable[[float], float]
-    from_reported: Callable[[float], float]
+    alpha: float | None = None
+    convention: str = "abs"
+
+    def __post_init__(self):
+        check_choice("divergence", self.name, DIVERGENCE_NAMES)
+        check_choice("convention", self.convention, CONVENTIONS)
+        if self.name in ("renyi", "alpha"):
+            object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        elif self.alpha is not None:
+            raise InvalidParameterError(
+                f"alpha={self.alpha!r} is invalid: must be None for divergence {self.name!r} (only "
+                "'renyi' and 'alpha' have an order)"
+            )
+        elif self.convention != "abs":
+            object.__setattr__(self, "convention", "abs")
+
+    @classmethod
+    def kl(cls) -> Divergence:
+        """The Kullback-Leibler divergence."""
+        return cls("kl")
+
+    @classmethod
+    def renyi(cls, alpha: float, convention: str = "abs") -> Divergence:
+        """The Renyi divergence of order ``alpha`` > 1 (through the alpha-divergence, paper eq. (3))."""
+        return cls("renyi", alpha, convention)
+
+    @classmethod
+    def alpha_divergence(cls, alpha: float, convention: str = "abs") -> Divergence:
+        """The alpha-divergence of order ``alpha`` > 1 (the paper's f)."""
+        return cls("alpha", alpha, convention)
+
+    def f(self, t: jax.Array) -> jax.Array:
+        """The convex generator of the divergence, elementwise in t."""
+        if self.name in ("renyi", "alpha"):
+            a = self.alpha
+            return (jnp.abs(t) ** a - 1.0) / (a * a - a)
+        return _TABLE[self.name][0](t)
+
+    def conjugate(self, s: ArrayLike, alpha: ArrayLike | None = None) -> jax.Array:
+        """f*(s), elementwise; ``+inf`` outside the conjugate's domain.
+
+        ``alpha`` overrides the stored order (an array, possibly traced); ignored by divergences
+        without one.
+        """
+        if self.name in ("renyi", "alpha"):
+            return alpha_conjugate(s, self.alpha if alpha is None else alpha, self.convention)
+        return _TABLE[self.name][1](jnp.asarray(s))
+
+    @property
+    def conjugate_sup(self) -> float:
+        """f*(s) is finite for s below this level (``inf`` if everywhere finite).
+
+        For total variation the domain is the closed interval |s| <= 1/2.
+        """
+        if self.name in ("renyi", "alpha"):
+            return math.inf
+        return _TABLE[self.name][2]
+
+    def to_reported(self, value):
+        """Maps a value of D_f to the reported scale: the Renyi map for ``'renyi'``, else identity.
+
+        Increasing, so it maps lower bounds to lower bounds.
+        """
+        return renyi_from_alpha(value, self.alpha) if self.name == "renyi" else value
+
+    def from_reported(self, value):
+        """The inverse of :meth:`to_reported`."""
+        return alpha_from_renyi(value, self.alpha) if self.name == "renyi" else value
 
     @property
     def label(self) -> str:
@@ -71,10 +133,6 @@ class Divergence(NamedTuple):
         return {"kl": "KL", "tv": "TV", "hellinger": "Hellinger^2", "chi2": "chi^2", "js": "JS"}[
             self.name
         ]
-
-
-def _identity(x: float) -> float:
-    return x
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,13 +166,6 @@ def _log_alpha_conjugate_constant(alpha):
 def _log(x):
     """The log of a Python number in double precision (constants), of an array elementwise (traced)."""
     return math.log(x) if isinstance(x, (int, float)) else jnp.log(x)
-
-
-def _alpha_f(alpha: float) -> Callable[[jax.Array], jax.Array]:
-    def f(t: jax.Array) -> jax.Array:
-        return (jnp.abs(t) ** alpha - 1.0) / (alpha * alpha - alpha)
-
-    return f
 
 
 def alpha_conjugate(s: ArrayLike, alpha: ArrayLike, convention: str = "abs") -> jax.Array:
@@ -212,39 +263,16 @@ def get_divergence(name: str, *, alpha: float | None = None, convention: str = "
       1.0
 
     """
-    check_choice("divergence", name, DIVERGENCE_NAMES)
-    check_choice("convention", convention, CONVENTIONS)
-    if name not in ("renyi", "alpha") and alpha is not None:
-        raise InvalidParameterError(
-            f"alpha={alpha!r} is invalid: must be None for divergence {name!r} (only 'renyi' and "
-            "'alpha' have an order)"
-        )
-    if name in ("renyi", "alpha"):
-        a = check_alpha(alpha)
-        if name == "renyi":
-            to_rep = lambda v: renyi_from_alpha(v, a)  # noqa: E731
-            from_rep = lambda v: alpha_from_renyi(v, a)  # noqa: E731
-        else:
-            to_rep = from_rep = _identity
-        return Divergence(
-            name,
-            _alpha_f(a),
-            functools.partial(alpha_conjugate, alpha=a, convention=convention),
-            math.inf,
-            a,
-            convention,
-            to_rep,
-            from_rep,
-        )
-    table = {
-        "kl": (_kl_f, _kl_conjugate, math.inf),
-        "tv": (_tv_f, _tv_conjugate, 0.5),
-        "hellinger": (_hellinger_f, _hellinger_conjugate, 1.0),
-        "chi2": (_chi2_f, _chi2_conjugate, math.inf),
-        "js": (_js_f, _js_conjugate, math.log(2.0)),
-    }
-    f, conj, sup = table[name]
-    return Divergence(name, f, conj, sup, None, "abs", _identity, _identity)
+    return Divergence(name, alpha, convention)
+
+
+_TABLE = {
+    "kl": (_kl_f, _kl_conjugate, math.inf),
+    "tv": (_tv_f, _tv_conjugate, 0.5),
+    "hellinger": (_hellinger_f, _hellinger_conjugate, 1.0),
+    "chi2": (_chi2_f, _chi2_conjugate, math.inf),
+    "js": (_js_f, _js_conjugate, math.log(2.0)),
+}
 
 
 # --------------------------------------------------------------------------------------------------

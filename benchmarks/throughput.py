@@ -76,8 +76,9 @@ def prepare(
     inputs = jax.tree.map(jax.numpy.asarray, S._member_arrays(plan, group.members, key))
     noise = jax.numpy.asarray(jax.random.key_data(jax.random.key(1)))
     z = jax.numpy.asarray(z_quantile(config.confidence), jax.numpy.float32)
-    params, rest = S._init_program(inputs, spec=group.specs[0], static=group.static)
-    return {"static": group.static, "args": (inputs, params, rest, noise, z)}
+    trainer = S._spec_trainer(group.specs[0], group.static)
+    state = S._init_program(inputs, trainer=trainer, static=S._model_static(group.static))
+    return {"static": group.static, "args": (inputs, state, noise, z)}
 
 
 def measure(
@@ -109,7 +110,7 @@ def measure(
     _common.block(vmapped(*args))
 
     def one(i):
-        return jax.tree.map(lambda x: x[i : i + 1], args[:3]) + args[3:]
+        return jax.tree.map(lambda x: x[i : i + 1], args[:2]) + args[2:]
 
     singles = _common.block([one(i) for i in range(ensemble)])
     t0 = time.perf_counter()

@@ -22,13 +22,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from cbdp_jax._src import certification
 from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
-from cbdp_jax._src.divergences import get_divergence
+from cbdp_jax._src.core import Trainer, cached_trainer
+from cbdp_jax._src.core import fit as core_fit
+from cbdp_jax._src.divergences import Divergence, get_divergence
 from cbdp_jax._src.evaluation import Critic, array_chunks, critic_outputs, evaluate_fixed
 from cbdp_jax._src.io import environment_info, to_json
-from cbdp_jax._src.objectives import conservative_fit, objective_functions
 from cbdp_jax._src.statistics import betting
 from cbdp_jax._src.statistics.bounds import (
     Bound,
@@ -44,8 +46,6 @@ from cbdp_jax._src.statistics.held_out import (
     tail_check,
 )
 from cbdp_jax._src.training import (
-    OPTIMIZERS,
-    ObjectiveKey,
     apply_fn,
     init_ensemble,
     train_ensemble,
@@ -73,8 +73,11 @@ class EstimatorConfig:
       steps: Optimiser steps per adversary.
       eval_every: Steps between validation checks (early stopping and the training curve).
       batch_size: Minibatch size per side (None: full batch).
-      learning_rate: Adam's step size (halved by 10 on each restart after a divergence).
-      optimizer: ``'adam'`` or ``'lbfgs'`` (full batch; for classes linear in their parameters).
+      learning_rate: The default optimiser's step size (divided by 10 on each restart after a
+        divergence; it lives in the optimiser state, so a restart does not recompile).
+      optimizer: ``'adam'`` (Adam with gradient clipping), ``'lbfgs'`` (full batch; for classes
+        linear in their parameters), or any ``optax.GradientTransformation`` (its own step size;
+        ``learning_rate`` and the restarts' smaller steps then do not apply).
       ensemble: Adversaries trained at once from different initialisations (vmapped); the one with
         the best validation value is evaluated.
       confidence: Level 1 - delta of the one-sided lower confidence bound.
@@ -108,7 +111,7 @@ class EstimatorConfig:
     eval_every: int = 100
     batch_size: int | None = 4096
     learning_rate: float = 1e-2
-    optimizer: str = "adam"
+    optimizer: Any = "adam"
     ensemble: int = 4
     confidence: float = 0.95
     family_size: int = 1
@@ -130,7 +133,13 @@ class EstimatorConfig:
         if self.batch_size is not None:
             check_int_at_least("batch_size", self.batch_size, 2)
         check_positive("learning_rate", self.learning_rate)
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if isinstance(self.optimizer, str):
+            check_choice("optimizer", self.optimizer, ("adam", "lbfgs"))
+        elif not isinstance(self.optimizer, optax.GradientTransformation):
+            raise InvalidParameterError(
+                f"optimizer={self.optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
+                "optax.GradientTransformation"
+            )
         check_int_at_least("ensemble", self.ensemble, 1)
         check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
         check_int_at_least("family_size", self.family_size, 1)
@@ -290,6 +299,18 @@ def _as_spec(adversary: AdversarySpec | str, options: dict[str, Any]) -> Adversa
     )
 
 
+def _trainer(spec: AdversarySpec, div: Divergence, dim: int, config: EstimatorConfig) -> Trainer:
+    """The class's pure training functions, built once per (class, divergence, optimiser)."""
+    return cached_trainer(
+        spec,
+        div,
+        dim=dim,
+        optimizer=config.optimizer,
+        tight=config.tight,
+        dtype=jnp.dtype(config.dtype),
+    )
+
+
 def _key_data(key: jax.Array) -> list[int]:
     return np.asarray(jax.random.key_data(key)).ravel().tolist()
 
@@ -301,7 +322,8 @@ class _Problem:
         self,
         *,
         spec: AdversarySpec,
-        objective_key: ObjectiveKey,
+        divergence: Divergence,
+        trainer: Trainer,
         config: EstimatorConfig,
         dim: int,
         train: tuple[jax.Array, jax.Array] | None,
@@ -311,13 +333,14 @@ class _Problem:
         sampler: Callable | None = None,
         stats_sample: tuple[jax.Array, jax.Array],
     ):
-        self.spec, self.objective_key, self.config, self.dim = spec, objective_key, config, dim
+        self.spec, self.divergence, self.trainer = spec, divergence, trainer
+        self.config, self.dim = config, dim
         self.train, self.val, self.test_chunks, self.n_test = train, val, test_chunks, n_test
         self.sampler, self.stats_sample = sampler, stats_sample
 
 
 class _Trained(NamedTuple):
-    """The selected member of a trained ensemble, with the closed-form fit and its curves."""
+    """The selected member of a trained ensemble, with its fitted affine map and its curves."""
 
     graphdef: Any
     params: Any
@@ -332,37 +355,28 @@ class _Trained(NamedTuple):
 
 def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     """Trains the ensemble (restarting with a smaller step on divergence) and fixes one member."""
-    config = prob.config
-    div, objective = prob.objective_key.build()
-    dtype = jnp.dtype(config.dtype)
+    config, trainer = prob.config, prob.trainer
     pooled = jnp.concatenate(prob.stats_sample, axis=0)
-    loc = jnp.mean(pooled, axis=0)
-    scale = jnp.std(pooled, axis=0)
-    scale = jnp.where(scale > 0, scale, 1.0)
     k_init, k_train = jax.random.split(key)
-    graphdef, params, rest = init_ensemble(
-        jax.random.split(k_init, config.ensemble), prob.spec, prob.dim, loc, scale, dtype
-    )
+    keys = jax.random.split(k_init, config.ensemble)
     warnings: list[str] = []
     lr = config.learning_rate
     restarts = 0
     while True:
+        # The step size lives in the optimiser state: a restart with a smaller one does not recompile.
+        state = init_ensemble(keys, trainer, pooled, learning_rate=lr)
         out = train_ensemble(
             jax.random.fold_in(k_train, restarts),
-            graphdef,
-            params,
-            rest,
-            objective_key=prob.objective_key,
+            trainer,
+            state,
             val_p=prob.val[0],
             val_q=prob.val[1],
             train_p=None if prob.train is None else prob.train[0],
             train_q=None if prob.train is None else prob.train[1],
             sampler=prob.sampler,
-            optimizer=config.optimizer,
-            learning_rate=lr,
             steps=config.steps,
             eval_every=config.eval_every,
-            batch_size=config.batch_size,
+            batch_size=None if trainer.line_search else config.batch_size,
             progress=config.progress,
         )
         finite = np.asarray(out.finite)
@@ -379,25 +393,11 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     best_values = np.where(finite, np.asarray(out.best_value), -np.inf)
     member = int(np.argmax(best_values))
     take = lambda tree: jax.tree.map(lambda x: x[member], tree)  # noqa: E731
-    params_m, rest_m = take(out.best_params), take(rest)
-    # Fit the constant / scale on training outputs (docs/theory/objectives.md), then move it to the
-    # best validation lower bound; the function is then frozen.
-    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
-    fscale, fshift = objective.fit(
-        apply_fn(graphdef, params_m, rest_m, fit_p), apply_fn(graphdef, params_m, rest_m, fit_q)
-    )
-    fscale, fshift = conservative_fit(
-        objective.kind,
-        objective_functions(objective.kind, div.name, div.convention).conjugate,
-        apply_fn(graphdef, params_m, rest_m, prob.val[0]),
-        apply_fn(graphdef, params_m, rest_m, prob.val[1]),
-        fscale,
-        fshift,
-        z,
-        div.alpha,
-    )
+    params_m, rest_m = take(out.best_params), take(state.rest)
+    fit_batch = prob.train if prob.train is not None else prob.stats_sample
+    fscale, fshift = core_fit(trainer, prob.divergence, params_m, rest_m, fit_batch, prob.val, z)
     return _Trained(
-        graphdef,
+        trainer.graphdef,
         params_m,
         rest_m,
         float(fscale),
@@ -412,7 +412,7 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
 def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> certification.Plan:
     """Everything the bound depends on, decided on validation samples (never the test samples)."""
     config, spec = prob.config, prob.spec
-    div, objective = prob.objective_key.build()
+    div = prob.divergence
     guarantee = certification.resolve_guarantee(config.guarantee, spec)
     if config.target is not None:
         guarantee = "finite-sample"
@@ -459,7 +459,7 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
         fit_q = prob.train[1] if prob.train is not None else prob.stats_sample[1]
         scale, shift, shrink = certification.shrink_for_tails(
             div,
-            objective.kind,
+            prob.trainer.objective,
             h_val_p=hv_p,
             h_val_q=hv_q,
             h_fit_q=raw(fit_q),
@@ -509,7 +509,7 @@ def _f_from_reported(div, value: float) -> float:
 
 def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -> dict[str, Any]:
     config = prob.config
-    div, objective = prob.objective_key.build()
+    div = prob.divergence
     trained = _train(key, prob, z_quantile(confidence))
     plan = _plan_certificate(prob, trained, confidence)
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
@@ -523,7 +523,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
             critic,
             p_chunks,
             q_chunks,
-            objective_key=prob.objective_key,
+            divergence=div,
             centres=centres,
             keep_samples=keep,
         )
@@ -531,14 +531,14 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
     sequence = None
     if plan.method == "betting-sequence":
         z_val = np.asarray(val_crit_p, np.float64) - np.asarray(
-            prob.objective_key.build()[0].conjugate(val_crit_q), np.float64
+            div.conjugate(val_crit_q), np.float64
         )
         sequence = _Sequence(div, plan, z_val, config.target, confidence)
     held = evaluate_fixed(
         trained.graphdef,
         critic,
         *prob.test_chunks(),
-        objective_key=prob.objective_key,
+        divergence=div,
         centres=centres,
         keep_samples=plan.method == "betting",
         on_chunk=sequence,
@@ -585,7 +585,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
     fields.update(
         {
             "train_value": float(to_reported(div, insample.estimate)),
-            "objective": objective.kind,
+            "objective": prob.trainer.objective,
             "curves": curves,
             "warnings": tuple(warnings),
             "restarts": trained.restarts,
@@ -790,14 +790,15 @@ def estimate_from_samples(
 
     p_tr, p_va, p_te = parts(p, kp)
     q_tr, q_va, q_te = parts(q, kq)
-    objective_key = ObjectiveKey(div.name, div.alpha, div.convention, config.tight, spec)
+    trainer = _trainer(spec, div, p.shape[1], config)
 
     def make_problem(swap: bool) -> _Problem:
         a = (p_tr, p_va, p_te) if not swap else (q_tr, q_va, q_te)
         b = (q_tr, q_va, q_te) if not swap else (p_tr, p_va, p_te)
         return _Problem(
             spec=spec,
-            objective_key=objective_key,
+            divergence=div,
+            trainer=trainer,
             config=config,
             dim=p.shape[1],
             train=(a[0], b[0]),
@@ -842,6 +843,8 @@ def estimate_from_samples(
 def _config_dict(config: EstimatorConfig) -> dict[str, Any]:
     d = dataclasses.asdict(config)
     d.pop("progress")
+    if not isinstance(config.optimizer, str):
+        d["optimizer"] = f"custom {type(config.optimizer).__name__}"
     d["split"] = list(config.split)
     return d
 
@@ -932,7 +935,7 @@ def estimate(
     spec = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     dtype = jnp.dtype(config.dtype)
-    objective_key = ObjectiveKey(div.name, div.alpha, div.convention, config.tight, spec)
+    trainer = _trainer(spec, div, pair.dim, config)
     k_train, k_val, k_test, k_fit = jax.random.split(key, 4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
@@ -947,7 +950,8 @@ def estimate(
         chunk = config.eval_chunk
         return _Problem(
             spec=spec,
-            objective_key=objective_key,
+            divergence=div,
+            trainer=trainer,
             config=config,
             dim=pair.dim,
             train=None if fresh_samples else tr,

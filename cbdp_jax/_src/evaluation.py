@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import z_quantile
-from cbdp_jax._src.training import TRACE_COUNT, ObjectiveKey, apply_fn
+from cbdp_jax._src.training import TRACE_COUNT, apply_fn
 
 __all__ = ["Critic", "array_chunks", "critic_outputs", "evaluate_fixed", "z_quantile"]
 
@@ -59,10 +60,10 @@ def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
     return jnp.where(finite, safe * jnp.tanh(h / safe), h)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "objective_key", "capacity"))
-def _chunk(critic, x_p, x_q, n_p, n_q, centres, *, graphdef, objective_key: ObjectiveKey, capacity):
+@functools.partial(jax.jit, static_argnames=("graphdef", "divergence", "capacity"))
+def _chunk(critic, x_p, x_q, n_p, n_q, centres, *, graphdef, divergence: Divergence, capacity):
     TRACE_COUNT["evaluate"] += 1
-    div, _ = objective_key.build()
+    div = divergence
     t_p = critic_outputs(graphdef, critic, x_p)
     t_q = div.conjugate(critic_outputs(graphdef, critic, x_q))
     rows = jnp.arange(x_p.shape[0])
@@ -92,7 +93,7 @@ def evaluate_fixed(
     p_chunks: Iterator[jax.Array],
     q_chunks: Iterator[jax.Array],
     *,
-    objective_key: ObjectiveKey,
+    divergence: Divergence,
     centres: tuple[float, float] = (0.0, 0.0),
     keep_samples: bool = False,
     capacity: int = tails.DEFAULT_CAPACITY,
@@ -105,7 +106,7 @@ def evaluate_fixed(
       critic: The fixed critic.
       p_chunks: Chunks ``[c, d]`` of held-out samples of P (all but the last of one size).
       q_chunks: Chunks of Q, paired with those of P in order.
-      objective_key: The divergence (its conjugate f*).
+      divergence: The divergence (its conjugate f*).
       centres: Centres of the tail sketches of the two terms (fixed on validation data).
       keep_samples: Keep the paired differences (for the betting bound).
       capacity: Tail sketch size.
@@ -138,7 +139,7 @@ def evaluate_fixed(
             np.int32(xq.shape[0]),
             jnp.asarray(centres, ref.dtype),
             graphdef=graphdef,
-            objective_key=objective_key,
+            divergence=divergence,
             capacity=capacity,
         )
         stats = jax.device_get(stats)

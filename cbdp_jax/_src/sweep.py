@@ -62,7 +62,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -77,19 +76,27 @@ from cbdp_jax._src.certification import (
     predicted_bound_from_moments,
     resolve_guarantee,
 )
-from cbdp_jax._src.divergences import get_divergence
-from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
-from cbdp_jax._src.objectives import (
-    ObjectiveFunctions,
-    choose_objective,
-    conservative_fit,
-    objective_functions,
+from cbdp_jax._src.core import (
+    Trainer,
+    TrainState,
+    cached_trainer,
+    objective_kind,
+    set_learning_rate,
+    spec_properties,
 )
+from cbdp_jax._src.core import fit as core_fit
+from cbdp_jax._src.divergences import Divergence, get_divergence
+from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence, z_quantile
 from cbdp_jax._src.statistics.held_out import TAIL_MARGIN
-from cbdp_jax._src.training import apply_fn, early_stopping_scan, lockstep_state_axes
+from cbdp_jax._src.training import (
+    apply_fn,
+    early_stopping_scan,
+    shared_counts,
+    state_axes,
+)
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_alpha,
@@ -102,6 +109,8 @@ from cbdp_jax._src.validation import (
 
 SWEEP_DIVERGENCES = ("kl", "renyi", "alpha")
 MEMBER_AXIS = "members"
+# The training-stream index of the draw the closed-form fit uses: no optimiser step reaches it.
+FIT_INDEX = 2**32 - 1
 
 # Incremented each time a sweep program is traced: tests use it to prove that a second call with the
 # same shapes does not recompile. ``init`` counts the (tiny) initialisation program, compiled once per
@@ -220,6 +229,7 @@ class Member(NamedTuple):
 class _Static(NamedTuple):
     """Everything static about a group's compiled programs (hashable; no values that vary per member)."""
 
+    trainer: Trainer
     graphdef: Any
     family: str
     divergence: str
@@ -346,12 +356,15 @@ class SweepTraining:
 
 
 # --------------------------------------------------------------------------------------------------
-# Objectives with alpha traced (objectives.objective_functions; choose_objective picks the kind)
+# The divergence (each member's order is traced)
 # --------------------------------------------------------------------------------------------------
 
 
-def _objective(static: _Static) -> ObjectiveFunctions:
-    return objective_functions(static.objective, static.divergence, static.convention)
+def _divergence(static: _Static) -> Divergence:
+    """The group's divergence; its order is a placeholder (each member passes its own, traced)."""
+    return Divergence(
+        static.divergence, 2.0 if static.divergence != "kl" else None, static.convention
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -419,86 +432,70 @@ def _member_keys(static: _Static, key_data) -> tuple[jax.Array, jax.Array, jax.A
 
 
 def _train_batch(
-    static: _Static, inputs: MemberInputs, params, rest, noise_key_data, z
+    static: _Static, inputs: MemberInputs, state: TrainState, noise_key_data, z
 ) -> MemberTraining:
     """Trains a batch of members on fresh minibatches with early stopping; see the module docstring.
 
-    :func:`~cbdp_jax._src.training.early_stopping_scan` (``lax.scan`` over blocks of ``lax.scan`` over
-    steps, as the estimator's training) with ``jax.vmap`` over the members inside each step. With
-    ``static.shared_noise`` the step's standard noise is drawn once, outside the vmap, and every member
-    scales it by its own noise scale.
+    The core's ``step`` and ``value`` (:mod:`cbdp_jax._src.core`, the estimator's too), vmapped over the
+    members with each member's order alpha and step size traced, inside
+    :func:`~cbdp_jax._src.training.early_stopping_scan`. With ``static.shared_noise`` the step's
+    standard noise is drawn once, outside the vmap, and every member scales it by its own noise scale.
     """
+    trainer, div = static.trainer, _divergence(static)
     dt = jnp.dtype(static.dtype)
     _, k_val, k_train = jax.vmap(functools.partial(_member_keys, static))(inputs.key_data)
     val_x = jax.vmap(lambda k, inp: _draw_pair(static, k, static.val_samples, inp))(k_val, inputs)
+    # The closed-form fit uses its own draw from the training stream (an index no step reaches).
+    fit_x = jax.vmap(
+        lambda k, inp: _draw_pair(static, jax.random.fold_in(k, FIT_INDEX), static.val_samples, inp)
+    )(k_train, inputs)
     noise_key = jax.random.wrap_key_data(noise_key_data, impl=static.key_impl)
-    # Adam with global-norm clipping, the learning rate applied as a traced factor (the same update as
-    # training.make_optimizer('adam', lr)).
-    tx = optax.chain(optax.clip_by_global_norm(10.0), optax.scale_by_adam())
-    state_axes = lockstep_state_axes(tx, params)
+    state = state._replace(
+        opt_state=shared_counts(set_learning_rate(state.opt_state, inputs.learning_rate))
+    )
+    axes = state_axes(trainer, state)
 
-    objective = _objective(static)
-
-    def value(p_, r_, inp, x):
-        h_p, h_q = _outputs(static, p_, r_, x)
-        return objective.value(h_p, h_q, inp.alpha.astype(dt))
-
-    def loss(p_, r_, inp, x):
-        # The training loss of training.py: minus the objective plus its (scale) penalty.
-        h_p, h_q = _outputs(static, p_, r_, x)
-        v = objective.value(h_p, h_q, inp.alpha.astype(dt))
-        return -v + objective.penalty(h_p, h_q), v
-
-    def member_step(p_, s_, r_, inp, k, noise, i):
+    def member_step(st, inp, k, noise, i):
         if noise is None:
             x = _draw_pair(static, jax.random.fold_in(k, i), static.batch_size, inp)
         else:
             x = _place(static, noise, inp)
-        (_, v), grad = jax.value_and_grad(loss, has_aux=True)(p_, r_, inp, x)
-        updates, s_ = tx.update(grad, s_, p_)
-        lr = inp.learning_rate.astype(dt)
-        p_ = jax.tree.map(lambda a, u: a - lr.astype(a.dtype) * u, p_, updates)
-        return p_, s_, v
+        st, info = trainer.step(k, st, (x[0], x[1]), inp.alpha.astype(dt))
+        return st, info.value
 
-    vstep = jax.vmap(
-        member_step,
-        in_axes=(0, state_axes, 0, 0, 0, None, None),
-        out_axes=(0, state_axes, 0),
+    vstep = jax.vmap(member_step, in_axes=(axes, 0, 0, None, None), out_axes=(axes, 0))
+    vvalue = jax.vmap(
+        lambda st, inp, x: trainer.value(st, (x[0], x[1]), inp.alpha.astype(dt)),
+        in_axes=(axes, 0, 0),
     )
-    vval = jax.vmap(value)
 
-    def step(p_, s_, i):
+    def step(st, i):
         noise = None
         if static.shared_noise:
             noise = _uniform(static, jax.random.fold_in(noise_key, i), static.batch_size)
-        return vstep(p_, s_, rest, inputs, k_train, noise, i)
+        return vstep(st, inputs, k_train, noise, i)
 
     best_p, best_v, finite, train_c, val_c = early_stopping_scan(
         step,
-        lambda p_: vval(p_, rest, inputs, val_x),
-        params,
-        jax.vmap(tx.init, out_axes=state_axes)(params),
+        lambda st: vvalue(st, inputs, val_x),
+        state,
         jnp.arange(static.blocks * static.block_steps).reshape(static.blocks, static.block_steps),
     )
 
-    def fit(p_, r_, inp, x):
-        # The closed-form scale / constant, then, as in the estimator, the point of the best validation
-        # lower bound (objectives.conservative_fit; matters under heavy tails). One forward pass.
-        h_p, h_q = _outputs(static, p_, r_, x)
-        alpha = inp.alpha.astype(dt)
-        scale, shift = objective.fit(h_p, h_q, alpha)
-        conj = objective.conjugate
-        return conservative_fit(static.objective, conj, h_p, h_q, scale, shift, z, alpha)
+    def member_fit(p_, r_, inp, xf, xv):
+        return core_fit(
+            trainer, div, p_, r_, (xf[0], xf[1]), (xv[0], xv[1]), z, inp.alpha.astype(dt)
+        )
 
-    scale, shift = jax.vmap(fit)(best_p, rest, inputs, val_x)
+    rest = state.rest
+    scale, shift = jax.vmap(member_fit)(best_p, rest, inputs, fit_x, val_x)
 
     def validation_stats(p_, r_, inp, x, sc, sh):
-        h_p, h_q = _outputs(static, p_, r_, x)
-        t_p = sc * h_p + sh
-        t_q = objective.conjugate(sc * h_q + sh, inp.alpha.astype(dt))
-        z = t_p - t_q
+        t_p = sc * trainer.apply(p_, r_, x[0]) + sh
+        t_q = div.conjugate(sc * trainer.apply(p_, r_, x[1]) + sh, inp.alpha.astype(dt))
+        z_val = t_p - t_q
         centre = jnp.stack([jnp.median(t_p), jnp.median(t_q)])
-        return centre, (mom.of(z), berry_esseen.pair_moments(z))
+        return centre, (mom.of(z_val), berry_esseen.pair_moments(z_val))
 
     cent, val_z = jax.vmap(validation_stats)(best_p, rest, inputs, val_x, scale, shift)
     return MemberTraining(
@@ -526,7 +523,7 @@ def _member_evaluate(
         static, params, rest, _draw_pair(static, jax.random.fold_in(key, index), chunk, inp)
     )
     t_p = scale * h_p + shift
-    t_q = _objective(static).conjugate(scale * h_q + shift, inp.alpha.astype(h_q.dtype))
+    t_q = _divergence(static).conjugate(scale * h_q + shift, inp.alpha.astype(h_q.dtype))
     mask = jnp.arange(chunk) < n_valid
     z = jnp.where(mask, t_p - t_q, 0.0)
     out = (
@@ -545,17 +542,14 @@ def _member_evaluate(
 # --------------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "static"))
-def _init_program(inputs: MemberInputs, *, spec: AdversarySpec, static: _Static):
+@functools.partial(jax.jit, static_argnames=("trainer", "static"))
+def _init_program(inputs: MemberInputs, *, trainer: Trainer, static: _Static) -> TrainState:
     TRACE_COUNT["init"] += 1
-    dt = jnp.dtype(static.dtype)
 
     def one(inp):
         k_init, _, _ = _member_keys(static, inp.key_data)
         loc, std = _standardisation(static, inp)
-        module = spec.build(k_init, static.dim, loc=loc, scale=std, dtype=dt)
-        _, params, rest = nnx.split(module, nnx.Param, ...)
-        return params, rest
+        return trainer.init_standardised(k_init, loc, std)
 
     return jax.vmap(one)(inputs)
 
@@ -576,10 +570,10 @@ def _select_members(index, trees):
 
 @functools.partial(jax.jit, static_argnames=("static",))
 def _train_program(
-    inputs: MemberInputs, params, rest, noise_key_data, z, *, static: _Static
+    inputs: MemberInputs, state: TrainState, noise_key_data, z, *, static: _Static
 ) -> MemberTraining:
     TRACE_COUNT["train"] += 1
-    return _train_batch(static, inputs, params, rest, noise_key_data, z)
+    return _train_batch(static, inputs, state, noise_key_data, z)
 
 
 @functools.partial(jax.jit, static_argnames=("static", "chunk", "keep"))
@@ -755,7 +749,7 @@ def _plan(
         if (member.adversary, dim) not in signatures:
             signatures[member.adversary, dim] = _shape_signature(member.adversary, dim, dtype)
         graphdef, shapes = signatures[member.adversary, dim]
-        kind = choose_objective(div_probe, member.adversary, tight=config.tight).kind
+        kind = objective_kind(div_probe, spec_properties(member.adversary), config.tight)
         gkey = (dim, graphdef, shapes, kind)
         groups.setdefault(gkey, []).append(member.index)
         families.setdefault(gkey, set()).add(member.mechanism.family)
@@ -763,7 +757,11 @@ def _plan(
     for gkey, idx in groups.items():
         dim, graphdef, _, kind = gkey
         fams = families[gkey]
+        trainer = cached_trainer(
+            members[idx[0]].adversary, div_probe, dim=dim, tight=config.tight, dtype=dtype
+        )
         static = _Static(
+            trainer=trainer,
             graphdef=graphdef,
             family=fams.pop() if len(fams) == 1 else "mixed",
             divergence=divergence,
@@ -830,13 +828,16 @@ def _train_batches(
         for idx in _batches(group.members, max_batch, len(devices)):
             inputs = _put(_member_arrays(plan, idx, k_members), sharding)
             model = _model_static(static)
-            inits = [_init_program(inputs, spec=s, static=model) for s in group.specs]
+            inits = [
+                _init_program(inputs, trainer=_spec_trainer(s, static), static=model)
+                for s in group.specs
+            ]
             if len(inits) == 1:
-                params, rest = inits[0]
+                state = inits[0]
             else:
                 which = [group.specs.index(plan.members[i].adversary) for i in idx]
-                params, rest = _select_members(_put(np.asarray(which), sharding), inits)
-            output = _train_program(inputs, params, rest, noise_key_data, z, static=static)
+                state = _select_members(_put(np.asarray(which), sharding), inits)
+            output = _train_program(inputs, state, noise_key_data, z, static=static)
             n_real = len(dict.fromkeys(idx))
             yield TrainedBatch(static, idx, n_real, inputs, output)
 
@@ -844,6 +845,12 @@ def _train_batches(
 # --------------------------------------------------------------------------------------------------
 # Held-out evaluation and the result table
 # --------------------------------------------------------------------------------------------------
+
+
+def _spec_trainer(spec: AdversarySpec, static: _Static) -> Trainer:
+    """The trainer that initialises members of ``spec`` (same shapes and step as the group's)."""
+    # Initialisation does not depend on the training form, so tight is irrelevant here.
+    return cached_trainer(spec, _divergence(static), dim=static.dim, dtype=jnp.dtype(static.dtype))
 
 
 def _model_static(static: _Static) -> _Static:

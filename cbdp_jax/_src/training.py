@@ -1,10 +1,11 @@
-"""The training core: an ensemble of adversaries trained at once, functionally.
+"""Training drivers: an ensemble of adversaries trained at once around the pure core.
 
-The model is split once into ``(graphdef, params, rest)`` with ``nnx.split``; parameters of the ensemble
-are stacked along a leading axis, and one ``jax.jit`` runs ``lax.scan`` over blocks of ``lax.scan`` over
-optimiser steps, with ``jax.vmap`` over the ensemble inside each step (the flax NNX performance guide's
-recipe for tiny models). After every block the validation objective is computed and each member keeps
-the parameters of its best validation value (early stopping without a host round trip).
+:mod:`cbdp_jax._src.core` gives the per-adversary functions (``init``, ``step``, ``value``). Here they
+are vmapped over an ensemble (parameters stacked along a leading axis) and run by one ``jax.jit``:
+``lax.scan`` over blocks of ``lax.scan`` over optimiser steps; after every block the validation
+objective is computed and each member keeps the parameters of its best validation value (early
+stopping without a host round trip). The estimator and the sweep both train through
+:func:`early_stopping_scan`.
 
 Minibatches are drawn either from fixed training arrays or, for mechanisms that can be sampled, fresh
 from the mechanism inside the step (no dataset materialised; memory independent of the step count).
@@ -18,33 +19,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
-from cbdp_jax._src.adversaries import AdversarySpec
-from cbdp_jax._src.divergences import get_divergence
-from cbdp_jax._src.objectives import choose_objective
-from cbdp_jax._src.validation import check_choice
-
-OPTIMIZERS = ("adam", "lbfgs")
+from cbdp_jax._src.core import Trainer, TrainState, set_learning_rate
+from cbdp_jax._src.validation import InvalidParameterError
 
 # Incremented each time the training function is traced: tests use it to prove that a second call with
 # the same shapes does not recompile.
 TRACE_COUNT = {"train": 0, "evaluate": 0}
-
-
-class ObjectiveKey(NamedTuple):
-    """A hashable description of the objective (static under jit)."""
-
-    divergence: str
-    alpha: float | None
-    convention: str
-    tight: bool
-    spec: AdversarySpec
-
-    def build(self):
-        div = get_divergence(self.divergence, alpha=self.alpha, convention=self.convention)
-        return div, choose_objective(div, self.spec, tight=self.tight)
 
 
 class TrainTrace(NamedTuple):
@@ -77,27 +59,16 @@ class TrainOutput(NamedTuple):
     finite: jax.Array
 
 
-def make_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
-    """Adam with global-norm clipping (default), or L-BFGS with a zoom line search (full batch)."""
-    check_choice("optimizer", name, OPTIMIZERS)
-    if name == "adam":
-        return optax.chain(optax.clip_by_global_norm(10.0), optax.adam(learning_rate))
-    return optax.lbfgs()
+def init_ensemble(keys: jax.Array, trainer: Trainer, x_reference, learning_rate=None) -> TrainState:
+    """One :class:`~cbdp_jax._src.core.TrainState` per key, stacked along a leading axis.
 
-
-def init_ensemble(keys: jax.Array, spec: AdversarySpec, dim: int, loc, scale, dtype):
-    """Builds one module per key and stacks their parameters: returns ``(graphdef, params, rest)``."""
-
-    def one(key):
-        module = spec.build(key, dim, loc=loc, scale=scale, dtype=dtype)
-        _, params, rest = nnx.split(module, nnx.Param, ...)
-        return params, rest
-
-    graphdef = nnx.split(
-        spec.build(keys[0], dim, loc=loc, scale=scale, dtype=dtype), nnx.Param, ...
-    )[0]
-    params, rest = jax.vmap(one)(keys)
-    return graphdef, params, rest
+    ``learning_rate`` (the default optimiser's step size) may be set for every member at once.
+    """
+    states = jax.vmap(trainer.init, in_axes=(0, None))(keys, x_reference)
+    if learning_rate is None or not trainer.default_optimizer:
+        return states
+    lr = jnp.full((keys.shape[0],), learning_rate, jnp.float32)
+    return states._replace(opt_state=set_learning_rate(states.opt_state, lr))
 
 
 def apply_fn(graphdef, params, rest, x: jax.Array) -> jax.Array:
@@ -121,32 +92,10 @@ def finite_members(tree) -> jax.Array:
     return functools.reduce(jnp.logical_and, leaves)
 
 
-def lockstep_state_axes(tx: optax.GradientTransformation, params) -> Any:
-    """``jax.vmap`` axes of Adam's state for an ensemble whose members all take the same steps.
-
-    Integer leaves (Adam's step count) are shared -- one count for the whole ensemble, so the bias
-    corrections are computed once per step, not once per member -- and every other leaf (the moments)
-    is per member (axis 0). Only for optimisers whose integer state is a step count: L-BFGS's line
-    search keeps per-member integers, so it is vmapped whole.
-
-    Args:
-      tx: The optimiser.
-      params: Stacked parameters, leading axis = members.
-
-    Returns:
-      A pytree of ``None`` / ``0`` matching ``tx.init(one member's params)``.
-
-    """
-    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
-    shapes = jax.eval_shape(tx.init, one)
-    return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, shapes)
-
-
 def early_stopping_scan(
-    step: Callable[[Any, Any, Any], tuple[Any, Any, jax.Array]],
+    step: Callable[[Any, Any], tuple[Any, jax.Array]],
     validate: Callable[[Any], jax.Array],
-    params,
-    opt_state,
+    state: TrainState,
     block_inputs,
     *,
     progress: Callable[[Any], None] | None = None,
@@ -158,10 +107,9 @@ def early_stopping_scan(
     frozen out: its best value and parameters no longer change.
 
     Args:
-      step: ``(params, opt_state, x) -> (params, opt_state, train_value [M])`` for the whole ensemble.
-      validate: ``params -> [M]`` validation objective.
-      params: Stacked initial parameters, leading axis = members (M).
-      opt_state: The optimiser state of the ensemble.
+      step: ``(state, x) -> (state, train_value [M])`` for the whole ensemble.
+      validate: ``state -> [M]`` validation objective.
+      state: The ensemble's :class:`~cbdp_jax._src.core.TrainState` (leading axis = members, M).
       block_inputs: A pytree of per-step inputs ``x``, leaves ``[blocks, steps_per_block, ...]``.
       progress: Optional host callback called with the block index after each block.
 
@@ -170,61 +118,73 @@ def early_stopping_scan(
       the training curve holds each block's last training value.
 
     """
-    v0 = validate(params)
+    v0 = validate(state)
     v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
 
     def inner(carry, x):
-        p_, s_, _ = carry
-        return step(p_, s_, x), None
+        st, _ = carry
+        return step(st, x), None
 
     def block(carry, xs):
         x, index = xs
-        p_, s_, last, best_p, best_v, finite = carry
-        (p_, s_, last), _ = jax.lax.scan(inner, (p_, s_, last), x)
-        v = validate(p_)
-        finite = finite & jnp.isfinite(v) & finite_members(p_)
+        st, last, best_p, best_v, finite = carry
+        (st, last), _ = jax.lax.scan(inner, (st, last), x)
+        v = validate(st)
+        finite = finite & jnp.isfinite(v) & finite_members(st.params)
         v = jnp.where(finite, v, -jnp.inf)
         better = v > best_v
-        best_p = where_members(better, p_, best_p)
+        best_p = where_members(better, st.params, best_p)
         best_v = jnp.where(better, v, best_v)
         if progress is not None:
             jax.debug.callback(progress, index)
-        return (p_, s_, last, best_p, best_v, finite), (last, v)
+        return (st, last, best_p, best_v, finite), (last, v)
 
     blocks = jax.tree.leaves(block_inputs)[0].shape[0]
-    carry = (params, opt_state, v0, params, v0, jnp.ones(v0.shape, bool))
+    carry = (state, v0, state.params, v0, jnp.ones(v0.shape, bool))
     (*_, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
         block, carry, (block_inputs, jnp.arange(blocks))
     )
     return best_p, best_v, finite, train_c, val_c
 
 
+def state_axes(trainer: Trainer, state: TrainState) -> TrainState:
+    """The ``jax.vmap`` axes of an ensemble's state.
+
+    Per member, except a lockstep optimiser's step count, which is shared (:func:`lockstep_opt_axes`);
+    L-BFGS's per-member line-search state is vmapped whole.
+    """
+    if trainer.line_search:
+        return TrainState(0, 0, 0)
+    return TrainState(0, 0, lockstep_opt_axes(state.opt_state))
+
+
+def lockstep_opt_axes(opt_state) -> Any:
+    """Axes of a stacked optimiser state with its integer (step count) leaves unbatched."""
+    return jax.tree.map(lambda x: None if jnp.issubdtype(x.dtype, jnp.integer) else 0, opt_state)
+
+
+def shared_counts(opt_state) -> Any:
+    """A stacked optimiser state with each integer leaf reduced to one shared entry.
+
+    The members step in lockstep, so their counts are equal; this is the form
+    :func:`lockstep_opt_axes` expects.
+    """
+    return jax.tree.map(lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else x, opt_state)
+
+
 @functools.partial(
     jax.jit,
-    static_argnames=(
-        "graphdef",
-        "objective_key",
-        "optimizer",
-        "steps",
-        "eval_every",
-        "batch_size",
-        "sampler",
-        "progress",
-    ),
+    static_argnames=("trainer", "steps", "eval_every", "batch_size", "sampler", "progress"),
 )
 def _train_jit(
     key,
-    params,
-    rest,
+    state: TrainState,
     train_p,
     train_q,
     val_p,
     val_q,
     *,
-    graphdef,
-    objective_key: ObjectiveKey,
-    optimizer: str,
-    learning_rate: jax.Array,
+    trainer: Trainer,
     steps: int,
     eval_every: int,
     batch_size: int | None,
@@ -232,18 +192,7 @@ def _train_jit(
     progress: Callable[[Any], None] | None,
 ):
     TRACE_COUNT["train"] += 1
-    _, objective = objective_key.build()
-    tx = make_optimizer(optimizer, learning_rate)
     dtype = val_p.dtype
-
-    def member_value(p_, r_, xp, xq):
-        return objective.value(apply_fn(graphdef, p_, r_, xp), apply_fn(graphdef, p_, r_, xq))
-
-    def member_loss(p_, r_, xp, xq):
-        # Minus the objective plus its penalty, and the objective itself (the training curve).
-        h_p, h_q = apply_fn(graphdef, p_, r_, xp), apply_fn(graphdef, p_, r_, xq)
-        value = objective.value(h_p, h_q)
-        return -value + objective.penalty(h_p, h_q), value
 
     def batch(k):
         if sampler is not None:
@@ -256,62 +205,35 @@ def _train_jit(
         iq = jax.random.randint(kq, (batch_size,), 0, train_q.shape[0])
         return train_p[ip], train_q[iq]
 
-    if optimizer == "lbfgs":
+    if not trainer.line_search:
+        state = state._replace(opt_state=shared_counts(state.opt_state))
+    axes = state_axes(trainer, state)
+    # The ensemble shares each step's minibatch (and key): vmap over the members' states only.
+    vstep = jax.vmap(trainer.step, in_axes=(None, axes, None), out_axes=(axes, 0))
+    vvalue = jax.vmap(trainer.value, in_axes=(axes, None))
 
-        def member_step(p_, r_, s_, xp, xq):
-            fn = lambda pp: member_loss(pp, r_, xp, xq)[0]  # noqa: E731
-            loss, grad = optax.value_and_grad_from_state(fn)(p_, state=s_)
-            updates, s_ = tx.update(grad, s_, p_, value=loss, grad=grad, value_fn=fn)
-            # The training curve shows -loss here (the objective less its penalty, if any): L-BFGS's
-            # value_fn must return the scalar loss alone.
-            return optax.apply_updates(p_, updates), s_, -loss
-
-        state_axes = 0
-    else:
-
-        def member_step(p_, r_, s_, xp, xq):
-            (_, value), grad = jax.value_and_grad(member_loss, has_aux=True)(p_, r_, xp, xq)
-            updates, s_ = tx.update(grad, s_, p_)
-            return optax.apply_updates(p_, updates), s_, value
-
-        state_axes = lockstep_state_axes(tx, params)
-
-    vstep = jax.vmap(
-        member_step, in_axes=(0, 0, state_axes, None, None), out_axes=(0, state_axes, 0)
-    )
-    vval = jax.vmap(member_value, in_axes=(0, 0, None, None))
-
-    def step(p_, s_, k):
-        xp, xq = batch(k)
-        return vstep(p_, rest, s_, xp, xq)
+    def step(st, k):
+        st, info = vstep(k, st, batch(k))
+        return st, info.value
 
     n_blocks = max(steps // eval_every, 1)
     step_keys = jax.vmap(lambda k: jax.random.split(k, eval_every))(jax.random.split(key, n_blocks))
     best_p, best_v, finite, train_v, val_v = early_stopping_scan(
-        step,
-        lambda p_: vval(p_, rest, val_p, val_q),
-        params,
-        jax.vmap(tx.init, out_axes=state_axes)(params),
-        step_keys,
-        progress=progress,
+        step, lambda st: vvalue(st, (val_p, val_q)), state, step_keys, progress=progress
     )
     return TrainOutput(best_p, best_v, TrainTrace(train_v, val_v), finite)
 
 
 def train_ensemble(
     key: jax.Array,
-    graphdef,
-    params,
-    rest,
+    trainer: Trainer,
+    state: TrainState,
     *,
-    objective_key: ObjectiveKey,
     val_p: jax.Array,
     val_q: jax.Array,
     train_p: jax.Array | None = None,
     train_q: jax.Array | None = None,
     sampler: Callable[[jax.Array, int], tuple[jax.Array, jax.Array]] | Hashable | None = None,
-    optimizer: str = "adam",
-    learning_rate: float = 1e-2,
     steps: int = 2000,
     eval_every: int = 100,
     batch_size: int | None = 4096,
@@ -321,18 +243,14 @@ def train_ensemble(
 
     Args:
       key: A typed PRNG key (minibatch indices or fresh samples).
-      graphdef: The shared module structure from :func:`init_ensemble`.
-      params: Stacked trainable parameters, leading axis = members.
-      rest: Stacked non-trainable state (standardisation, fixed random features).
-      objective_key: What to maximise (see :class:`ObjectiveKey`).
+      trainer: The class's pure functions (:func:`cbdp_jax._src.core.trainer`).
+      state: The ensemble's stacked state (:func:`init_ensemble`).
       val_p: Validation samples of P, ``[n_val, d]``.
       val_q: Validation samples of Q, ``[m_val, d]``.
       train_p: Training samples of P, ``[n, d]`` (array mode).
       train_q: Training samples of Q, ``[m, d]`` (array mode).
       sampler: Fresh-sample mode: a hashable callable ``(key, n) -> (p [n, d], q [n, d])`` drawing a new
         minibatch from the mechanism at every step, inside the compiled loop.
-      optimizer: ``'adam'`` (minibatches) or ``'lbfgs'`` (full batch; for concave problems).
-      learning_rate: Adam's step size (a traced value: changing it does not recompile).
       steps: Optimiser steps (rounded down to a multiple of ``eval_every``).
       eval_every: Steps between validation evaluations (early stopping granularity); at most
         ``steps``.
@@ -343,6 +261,10 @@ def train_ensemble(
     Returns:
       A :class:`TrainOutput`.
 
+    Raises:
+      InvalidParameterError: A line-search optimiser (L-BFGS) with minibatches or fresh samples: its
+        line search would compare losses of different batches.
+
     """
     if sampler is None:
         if train_p is None or train_q is None:
@@ -351,20 +273,19 @@ def train_ensemble(
         train_p = train_q = val_p[:1]
         if batch_size is None:
             raise ValueError("fresh-sample training needs a batch_size")
-    if optimizer == "lbfgs" and sampler is None:
-        batch_size = None
+    if trainer.line_search and (sampler is not None or batch_size is not None):
+        raise InvalidParameterError(
+            "optimizer='lbfgs' is invalid with minibatches or fresh samples: its line search "
+            "compares losses of one fixed batch; use batch_size=None with stored samples, or Adam"
+        )
     return _train_jit(
         key,
-        params,
-        rest,
+        state,
         train_p,
         train_q,
         val_p,
         val_q,
-        graphdef=graphdef,
-        objective_key=objective_key,
-        optimizer=optimizer,
-        learning_rate=jnp.asarray(learning_rate, jnp.float32),
+        trainer=trainer,
         steps=int(steps),
         eval_every=min(int(eval_every), int(steps)),
         batch_size=batch_size,

@@ -1,0 +1,453 @@
+"""The pure training core: an adversary class as functions of a parameter pytree.
+
+In the blackjax style, an algorithm is a set of pure functions over NamedTuple pytrees that a user can
+call inside their own ``jax.jit`` / ``jax.vmap`` / ``lax.scan``; the key comes first. Here:
+
+- ``init(key, x_reference) -> TrainState``: parameters of one adversary (inputs standardised with the
+  mean and spread of ``x_reference``), and the optimiser state;
+- ``step(key, state, batch, alpha=None) -> (TrainState, StepInfo)``: one optimiser step on the
+  training loss (minus the variational objective, plus its scale penalty) of one minibatch
+  ``batch = (x_p [n, d], x_q [m, d])``;
+- ``value(state, batch, alpha=None) -> scalar``: the training objective on a batch (validation);
+- ``apply(params, rest, x) -> [n]``: the adversary's outputs.
+
+:func:`trainer` builds them from a class (an :class:`~cbdp_jax.adversaries.AdversarySpec`, or any
+``flax.nnx.Module`` with declared :class:`ClassProperties`), a divergence and an optax
+``GradientTransformation`` (Adam with gradient clipping by default; its learning rate lives in the
+optimiser state, so a new step size never recompiles). The estimator runs these functions vmapped over
+its ensemble, the sweep vmapped and sharded over its members; both use
+:func:`~cbdp_jax._src.training.early_stopping_scan` around ``step`` and ``value``. The training forms
+(Donsker-Varadhan for KL on translation-invariant classes, the scale-free Renyi form on cones) are
+chosen from the class's properties: docs/theory/objectives.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from cbdp_jax._src.adversaries import AdversarySpec, Standardizer
+from cbdp_jax._src.divergences import Divergence
+from cbdp_jax._src.objectives import conservative_fit, objective_functions
+from cbdp_jax._src.validation import InvalidParameterError, check_positive
+
+GRADIENT_CLIP = 10.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClassProperties:
+    """Structural facts about a class H that the training forms and the bounds rely on.
+
+    Attributes:
+      cone: h in H implies t h in H for every t > 0 (a linear last layer). Enables the scale-free
+        Renyi form and the fitted scale.
+      translation_invariant: h in H implies h + c in H (a free output bias). Enables the
+        Donsker-Varadhan form for KL and the fitted constant.
+      contains_constants: Constants are in H, so D^H >= 0 and a bound may be clamped at 0.
+      bound: Every h in H has values in [-bound, bound], or None. A bounded class gets finite-sample
+        bounds with no assumption (docs/theory/bounds.md).
+
+    """
+
+    cone: bool = False
+    translation_invariant: bool = False
+    contains_constants: bool = False
+    bound: float | None = None
+
+    def __post_init__(self):
+        if self.bound is not None:
+            object.__setattr__(self, "bound", check_positive("bound", self.bound))
+
+
+class TrainState(NamedTuple):
+    """One adversary being trained.
+
+    Attributes:
+      params: Trainable parameters (``nnx.Param`` leaves).
+      rest: Non-trainable state (input standardisation, fixed features).
+      opt_state: The optimiser state (its learning rate included, for the default optimiser).
+
+    """
+
+    params: Any
+    rest: Any
+    opt_state: Any
+
+
+class StepInfo(NamedTuple):
+    """What one step saw.
+
+    Attributes:
+      value: The training objective on the step's batch, before the update.
+      loss: The loss minimised: minus ``value`` plus the scale penalty (if any).
+
+    """
+
+    value: jax.Array
+    loss: jax.Array
+
+
+class Trainer(NamedTuple):
+    """Pure functions training one adversary of a class (see the module docstring).
+
+    Attributes:
+      init: ``(key, x_reference [n, d]) -> TrainState``: inputs standardised with the reference
+        sample's mean and spread.
+      step: ``(key, state, (x_p, x_q), alpha=None) -> (TrainState, StepInfo)``.
+      value: ``(state, (x_p, x_q), alpha=None) -> scalar`` training objective.
+      apply: ``(params, rest, x [n, d]) -> [n]`` outputs.
+      init_standardised: ``(key, loc [d], scale [d]) -> TrainState``: inputs standardised with a
+        known location and scale (the sweep knows its noise laws').
+      graphdef: The class's module structure (static).
+      properties: The class's :class:`ClassProperties`.
+      objective: The training form: ``'dv'``, ``'renyi_scale_free'`` or ``'fform'``.
+      label: A short name of the class.
+      default_optimizer: The optimiser is :func:`default_optimizer` (its step size is in the state).
+      line_search: The optimiser is L-BFGS (full batch only: its line search compares losses).
+
+    """
+
+    init: Callable[..., TrainState]
+    step: Callable[..., tuple[TrainState, StepInfo]]
+    value: Callable[..., jax.Array]
+    apply: Callable[..., jax.Array]
+    init_standardised: Callable[..., TrainState]
+    graphdef: Any
+    properties: ClassProperties
+    objective: str
+    label: str
+    default_optimizer: bool = True
+    line_search: bool = False
+
+
+def default_optimizer(learning_rate: float = 1e-2) -> optax.GradientTransformation:
+    """Adam with global-norm gradient clipping; the step size is a hyperparameter in the state."""
+    # Only the step size is a (per-member, traced) hyperparameter: with b1, b2 fixed, the bias
+    # corrections depend on the shared step count alone and are computed once per ensemble step.
+    adam = optax.inject_hyperparams(optax.adam, static_args=("b1", "b2", "eps", "eps_root"))
+    return optax.chain(optax.clip_by_global_norm(GRADIENT_CLIP), adam(learning_rate=learning_rate))
+
+
+def set_learning_rate(opt_state, learning_rate):
+    """The default optimiser's state with a new step size (traced: changing it never recompiles)."""
+    clip, adam = opt_state
+    hyper = dict(adam.hyperparams)
+    hyper["learning_rate"] = jnp.asarray(learning_rate, jnp.asarray(hyper["learning_rate"]).dtype)
+    return (clip, adam._replace(hyperparams=hyper))
+
+
+def spec_properties(spec: AdversarySpec) -> ClassProperties:
+    """The properties of a built-in class."""
+    return ClassProperties(
+        cone=spec.is_cone,
+        translation_invariant=spec.translation_invariant,
+        contains_constants=spec.contains_constants,
+        bound=spec.bound,
+    )
+
+
+def objective_kind(divergence: Divergence, properties: ClassProperties, tight: bool = True) -> str:
+    """The training form the class allows (docs/theory/objectives.md)."""
+    if tight and divergence.name == "kl" and properties.translation_invariant:
+        return "dv"
+    if (
+        tight
+        and divergence.name in ("renyi", "alpha")
+        and properties.cone
+        and divergence.convention == "abs"
+    ):
+        return "renyi_scale_free"
+    return "fform"
+
+
+def _standardised(module: nnx.Module, loc, scale) -> None:
+    """Sets every input standardiser of ``module`` (built-in classes have one pair)."""
+    for path, var in nnx.iter_graph(module):
+        if isinstance(var, Standardizer):
+            name = path[-1]
+            var.value = loc if name == "loc" else scale
+
+
+def _factory(adversary) -> Callable[[jax.Array], nnx.Module]:
+    """A function key -> fresh module.
+
+    A factory ``rngs -> Module`` gets ``nnx.Rngs(params=key)``; a module instance is copied (every
+    ensemble member then starts from its parameters).
+    """
+    if isinstance(adversary, nnx.Module):
+        template = nnx.split(adversary)
+        return lambda key: nnx.merge(*template)
+    return lambda key: adversary(nnx.Rngs(params=key))
+
+
+def trainer(
+    adversary: AdversarySpec | nnx.Module | Callable[[nnx.Rngs], nnx.Module],
+    divergence: Divergence,
+    *,
+    dim: int,
+    optimizer: optax.GradientTransformation | str | None = None,
+    learning_rate: float = 1e-2,
+    properties: ClassProperties | None = None,
+    tight: bool = True,
+    dtype=jnp.float32,
+) -> Trainer:
+    """The pure functions that train one adversary of a class against ``divergence``.
+
+    Args:
+      adversary: A built-in class (:class:`~cbdp_jax.adversaries.AdversarySpec`), or a custom class:
+        a function ``rngs -> nnx.Module`` (each ``init`` builds a fresh module from its key) or a
+        ``flax.nnx.Module`` instance (each ``init`` starts from a copy of it), mapping
+        ``[n, dim] -> [n]``; its ``nnx.Param`` leaves are trained. A custom class needs
+        ``properties``.
+      divergence: What to maximise.
+      dim: The input dimension.
+      optimizer: Any ``optax.GradientTransformation``; ``'adam'`` or None for
+        :func:`default_optimizer`; ``'lbfgs'`` for L-BFGS with a zoom line search (full batch only;
+        for classes linear in their parameters, where the problem is concave).
+      learning_rate: The default optimiser's step size (ignored with ``optimizer``).
+      properties: The declared properties of a custom module (required for one; checked where the
+        library can, see :func:`check_properties`).
+      tight: Train with the tighter forms where the class allows them.
+      dtype: Parameter and input dtype.
+
+    Returns:
+      A :class:`Trainer`.
+
+    Raises:
+      InvalidParameterError: A custom module without properties, or with a declaration its outputs
+        contradict.
+
+    Examples:
+      >>> import jax, optax
+      >>> from cbdp_jax.adversaries import AdversarySpec
+      >>> from cbdp_jax.divergences import Divergence
+      >>> t = trainer(AdversarySpec(name="linear"), Divergence.kl(), dim=1,
+      ...             optimizer=optax.sgd(0.1))
+      >>> x = jax.random.normal(jax.random.key(0), (256, 1))
+      >>> state = t.init(jax.random.key(1), x)
+      >>> state, info = t.step(jax.random.key(2), state, (x, x + 1.0))
+      >>> info.value.shape
+      ()
+
+    """
+    line_search = isinstance(optimizer, str) and optimizer == "lbfgs"
+    if isinstance(optimizer, str) and optimizer not in ("adam", "lbfgs"):
+        raise InvalidParameterError(
+            f"optimizer={optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
+            "optax.GradientTransformation"
+        )
+    is_default = optimizer is None or optimizer == "adam"
+    if is_default:
+        tx = default_optimizer(learning_rate)
+    elif line_search:
+        tx = optax.lbfgs()
+    elif isinstance(optimizer, optax.GradientTransformation):
+        tx = optimizer
+    else:
+        raise InvalidParameterError(
+            f"optimizer={optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
+            "optax.GradientTransformation"
+        )
+    if isinstance(adversary, AdversarySpec):
+        props = spec_properties(adversary)
+        label = adversary.label
+
+        def build(key, loc, scale):
+            return adversary.build(key, dim, loc=loc, scale=scale, dtype=dtype)
+
+    elif isinstance(adversary, nnx.Module) or callable(adversary):
+        if properties is None:
+            raise InvalidParameterError(
+                "properties is invalid: a custom class needs declared ClassProperties (cone, "
+                "translation_invariant, contains_constants, bound)"
+            )
+        props = properties
+        factory = _factory(adversary)
+        probe = factory(jax.random.key(0))
+        label = type(probe).__name__
+        check_properties(probe, props, dim, dtype)
+
+        def build(key, loc, scale):
+            module = factory(key)
+            if loc is not None:
+                _standardised(module, loc, scale)
+            return module
+
+    else:
+        raise InvalidParameterError(
+            f"adversary={adversary!r} is invalid: must be an AdversarySpec, a flax.nnx.Module, or "
+            "a function rngs -> nnx.Module"
+        )
+    graphdef = nnx.split(build(jax.random.key(0), None, None), nnx.Param, ...)[0]
+    kind = objective_kind(divergence, props, tight)
+    fns = objective_functions(kind, divergence.name, divergence.convention)
+
+    def apply(params, rest, x):
+        return nnx.merge(graphdef, params, rest)(x)
+
+    def _alpha(alpha):
+        return divergence.alpha if alpha is None else alpha
+
+    def value(state, batch, alpha=None):
+        x_p, x_q = batch
+        h_p, h_q = apply(state.params, state.rest, x_p), apply(state.params, state.rest, x_q)
+        return fns.value(h_p, h_q, _alpha(alpha))
+
+    def loss(params, rest, batch, alpha):
+        x_p, x_q = batch
+        n = x_p.shape[0]
+        # One pass over both sides: fewer, larger matrix products.
+        h = apply(params, rest, jnp.concatenate([x_p, x_q], axis=0))
+        h_p, h_q = h[:n], h[n:]
+        v = fns.value(h_p, h_q, _alpha(alpha))
+        return -v + fns.penalty(h_p, h_q), v
+
+    def init_standardised(key, loc, scale):
+        _, params, rest = nnx.split(build(key, loc, scale), nnx.Param, ...)
+        return TrainState(params, rest, tx.init(params))
+
+    def init(key, x_reference):
+        x_reference = jnp.asarray(x_reference, dtype)
+        loc = jnp.mean(x_reference, axis=0)
+        spread = jnp.std(x_reference, axis=0)
+        return init_standardised(key, loc, jnp.where(spread > 0, spread, 1.0))
+
+    def step(key, state, batch, alpha=None):
+        del key  # the optimisers are deterministic; the key is first for the blackjax signature
+        (total, v), grad = jax.value_and_grad(loss, has_aux=True)(
+            state.params, state.rest, batch, alpha
+        )
+        updates, opt_state = tx.update(grad, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(params, state.rest, opt_state), StepInfo(v, total)
+
+    def line_search_step(key, state, batch, alpha=None):
+        del key
+
+        def fn(p):
+            return loss(p, state.rest, batch, alpha)[0]
+
+        total, grad = optax.value_and_grad_from_state(fn)(state.params, state=state.opt_state)
+        updates, opt_state = tx.update(
+            grad, state.opt_state, state.params, value=total, grad=grad, value_fn=fn
+        )
+        params = optax.apply_updates(state.params, updates)
+        # L-BFGS's value_fn must return the loss alone: the curve shows -loss (objective - penalty).
+        return TrainState(params, state.rest, opt_state), StepInfo(-total, total)
+
+    return Trainer(
+        init,
+        line_search_step if line_search else step,
+        value,
+        apply,
+        init_standardised,
+        graphdef,
+        props,
+        kind,
+        label,
+        is_default,
+        line_search,
+    )
+
+
+def check_properties(module: nnx.Module, props: ClassProperties, dim: int, dtype) -> None:
+    """Checks the declarations a custom module's outputs can contradict, on probe inputs.
+
+    - ``bound=B``: every output on 4096 normal inputs of spreads 1 to 100 lies in [-B, B].
+    - ``cone=True``: scaling every parameter by 10 must scale the outputs' spread by at least 2 (a
+      saturating output, such as a tanh, does not scale and is not a cone).
+
+    Raises:
+      InvalidParameterError: Naming the declaration and what the outputs showed.
+
+    """
+    x = jax.random.normal(jax.random.key(0), (4096, dim), dtype)
+    x = x * jnp.geomspace(1.0, 100.0, 4096, dtype=dtype)[:, None]
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    h = np.asarray(nnx.merge(graphdef, params, rest)(x), np.float64)
+    if h.shape != (4096,):
+        raise InvalidParameterError(
+            f"adversary is invalid: a custom module must map [n, {dim}] to [n]; it returned "
+            f"shape {h.shape} for n = 4096"
+        )
+    if props.bound is not None and not np.all(np.abs(h) <= props.bound * (1 + 1e-6)):
+        raise InvalidParameterError(
+            f"properties.bound={props.bound:g} is invalid for this module: its outputs reach "
+            f"{np.max(np.abs(h)):.4g} on probe inputs"
+        )
+    if props.cone:
+        scaled = jax.tree.map(lambda p: 10.0 * p, params)
+        h10 = np.asarray(nnx.merge(graphdef, scaled, rest)(x), np.float64)
+        spread, spread10 = float(np.std(h)), float(np.std(h10))
+        if not (spread10 >= 2.0 * spread and math.isfinite(spread10)):
+            raise InvalidParameterError(
+                "properties.cone=True is invalid for this module: scaling its parameters by 10 "
+                f"changed the spread of its outputs from {spread:.4g} to {spread10:.4g}; a cone's "
+                "outputs scale (t h is in H for t > 0)"
+            )
+
+
+@functools.lru_cache(maxsize=128)
+def cached_trainer(
+    adversary,
+    divergence: Divergence,
+    *,
+    dim: int,
+    optimizer=None,
+    properties: ClassProperties | None = None,
+    tight: bool = True,
+    dtype=jnp.float32,
+) -> Trainer:
+    """:func:`trainer` for hashable arguments, built once per distinct argument set.
+
+    Compiled programs that take the trainer as a static argument are then reused by every call with
+    the same class, divergence and optimiser.
+
+    The default optimiser keeps its step size in the state, so the learning rate is not part of the
+    key (set it with :func:`set_learning_rate` or :func:`~cbdp_jax._src.training.init_ensemble`).
+    """
+    return trainer(
+        adversary,
+        divergence,
+        dim=dim,
+        optimizer=optimizer,
+        properties=properties,
+        tight=tight,
+        dtype=dtype,
+    )
+
+
+def fit(
+    trainer: Trainer,
+    divergence: Divergence,
+    params,
+    rest,
+    fit_batch,
+    val_batch,
+    z,
+    alpha=None,
+) -> tuple[jax.Array, jax.Array]:
+    """The fixed critic's affine map ``(scale, shift)``: closed form, then the best validation bound.
+
+    The trained direction becomes one member of the plain f-form: the constant (KL) or the sign and
+    scale (alpha family) fitted in closed form on ``fit_batch`` (training outputs), then moved to the
+    point of the best lower confidence bound on ``val_batch`` (``objectives.conservative_fit``;
+    docs/theory/objectives.md section 3). Pure and traceable (``alpha`` may be traced), so the sweep
+    vmaps it over its members.
+    """
+    fns = objective_functions(trainer.objective, divergence.name, divergence.convention)
+    a = divergence.alpha if alpha is None else alpha
+    h = lambda x: trainer.apply(params, rest, x)  # noqa: E731
+    scale, shift = fns.fit(h(fit_batch[0]), h(fit_batch[1]), a)
+    return conservative_fit(
+        trainer.objective, fns.conjugate, h(val_batch[0]), h(val_batch[1]), scale, shift, z, a
+    )

@@ -3,6 +3,8 @@
 from cbdp_jax._src.adversaries import ADVERSARY_NAMES as ADVERSARY_NAMES
 from cbdp_jax._src.adversaries import AdversarySpec as AdversarySpec
 from cbdp_jax._src.adversaries import BoundedAdversary as BoundedAdversary
+from cbdp_jax._src.adversaries import ClassProperties as ClassProperties
+from cbdp_jax._src.adversaries import CustomAdversary as CustomAdversary
 from cbdp_jax._src.adversaries import LinearAdversary as LinearAdversary
 from cbdp_jax._src.adversaries import MLPAdversary as MLPAdversary
 from cbdp_jax._src.adversaries import PolynomialAdversary as PolynomialAdversary
@@ -13,6 +15,8 @@ __all__ = [
     "ADVERSARY_NAMES",
     "AdversarySpec",
     "BoundedAdversary",
+    "ClassProperties",
+    "CustomAdversary",
     "LinearAdversary",
     "MLPAdversary",
     "PolynomialAdversary",

@@ -42,6 +42,116 @@ from cbdp_jax._src.validation import (
 ADVERSARY_NAMES = ("linear", "poly", "relu2", "mlp", "rff")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClassProperties:
+    """Structural facts about a class H that the training forms and the bounds rely on.
+
+    Attributes:
+      cone: h in H implies t h in H for every t > 0 (a linear last layer). Enables the scale-free
+        Renyi form and the fitted scale.
+      translation_invariant: h in H implies h + c in H (a free output bias). Enables the
+        Donsker-Varadhan form for KL and the fitted constant.
+      contains_constants: Constants are in H, so D^H >= 0 and a bound may be clamped at 0.
+      bound: Every h in H has values in [-bound, bound], or None. A bounded class gets finite-sample
+        bounds with no assumption (docs/theory/bounds.md).
+
+    """
+
+    cone: bool = False
+    translation_invariant: bool = False
+    contains_constants: bool = False
+    bound: float | None = None
+
+    def __post_init__(self):
+        if self.bound is not None:
+            object.__setattr__(self, "bound", check_positive("bound", self.bound))
+
+
+class CustomAdversary:
+    """A user's class: any ``flax.nnx.Module`` mapping ``[n, d] -> [n]``, with declared properties.
+
+    Use it wherever a built-in :class:`AdversarySpec` goes (estimate, estimate_from_samples, sweeps,
+    the core trainer). The module is built by ``factory(rngs)`` (a fresh module per ensemble member or
+    seed); if it has :class:`Standardizer` variables named ``loc`` and ``scale`` they receive the
+    input standardisation, otherwise inputs are passed as they are. Declarations the library can check
+    on probe inputs are checked when it is first trained (:func:`cbdp_jax._src.core.check_properties`):
+    a bound the outputs exceed, or a "cone" whose outputs do not scale with the parameters.
+
+    Args:
+      factory: ``rngs -> nnx.Module``.
+      properties: The class's :class:`ClassProperties`.
+      name: A label for results.
+
+    Examples:
+      >>> from flax import nnx
+      >>> import jax.numpy as jnp
+      >>> class Quadratic(nnx.Module):
+      ...     def __init__(self, rngs):
+      ...         self.w = nnx.Param(jnp.zeros(3))
+      ...     def __call__(self, x):
+      ...         return self.w[0] + self.w[1] * x[:, 0] + self.w[2] * x[:, 0] ** 2
+      >>> custom = CustomAdversary(Quadratic, ClassProperties(cone=True, translation_invariant=True,
+      ...                          contains_constants=True), name="quadratic")
+      >>> custom.label
+      'quadratic'
+
+    """
+
+    def __init__(self, factory: Callable, properties: ClassProperties, *, name: str = "custom"):
+        if not callable(factory):
+            raise InvalidParameterError(
+                f"factory={factory!r} is invalid: must be a callable rngs -> nnx.Module"
+            )
+        if not isinstance(properties, ClassProperties):
+            raise InvalidParameterError(
+                f"properties={properties!r} is invalid: must be a ClassProperties"
+            )
+        self.factory, self.properties, self.name = factory, properties, name
+
+    @property
+    def label(self) -> str:
+        """The class's name in results."""
+        return self.name
+
+    @property
+    def bound(self) -> float | None:
+        """The declared output bound, or None."""
+        return self.properties.bound
+
+    @property
+    def is_cone(self) -> bool:
+        """Declared: t h in H for t > 0."""
+        return self.properties.cone
+
+    @property
+    def translation_invariant(self) -> bool:
+        """Declared: h + c in H."""
+        return self.properties.translation_invariant
+
+    @property
+    def contains_constants(self) -> bool:
+        """Declared: constants in H."""
+        return self.properties.contains_constants
+
+    @property
+    def linear_in_params(self) -> bool:
+        """Never assumed for a custom class (the exact layer does not take one)."""
+        return False
+
+    def build(self, key: jax.Array, dim: int, *, loc=None, scale=None, dtype=jnp.float32):
+        """A fresh module with parameters from ``key`` and the input standardisation, if it has one."""
+        module = self.factory(nnx.Rngs(params=key))
+        if loc is not None:
+            for path, var in nnx.iter_graph(module):
+                if isinstance(var, Standardizer) and path and path[-1] in ("loc", "scale"):
+                    var.value = jnp.asarray(loc if path[-1] == "loc" else scale, dtype)
+        return module
+
+    def to_dict(self) -> dict:
+        """The class as JSON-ready fields."""
+        return {"name": self.name, "custom": True, **dataclasses.asdict(self.properties)}
+
+
 class Standardizer(nnx.Variable):
     """A fixed, non-trainable variable (location or scale of the input standardisation)."""
 

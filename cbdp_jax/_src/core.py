@@ -23,7 +23,6 @@ chosen from the class's properties: docs/theory/objectives.md.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -35,37 +34,16 @@ import numpy as np
 import optax
 from flax import nnx
 
-from cbdp_jax._src.adversaries import AdversarySpec, Standardizer
+from cbdp_jax._src.adversaries import (
+    AdversarySpec,
+    ClassProperties,
+    CustomAdversary,
+)
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.objectives import conservative_fit, objective_functions
-from cbdp_jax._src.validation import InvalidParameterError, check_positive
+from cbdp_jax._src.validation import InvalidParameterError
 
 GRADIENT_CLIP = 10.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ClassProperties:
-    """Structural facts about a class H that the training forms and the bounds rely on.
-
-    Attributes:
-      cone: h in H implies t h in H for every t > 0 (a linear last layer). Enables the scale-free
-        Renyi form and the fitted scale.
-      translation_invariant: h in H implies h + c in H (a free output bias). Enables the
-        Donsker-Varadhan form for KL and the fitted constant.
-      contains_constants: Constants are in H, so D^H >= 0 and a bound may be clamped at 0.
-      bound: Every h in H has values in [-bound, bound], or None. A bounded class gets finite-sample
-        bounds with no assumption (docs/theory/bounds.md).
-
-    """
-
-    cone: bool = False
-    translation_invariant: bool = False
-    contains_constants: bool = False
-    bound: float | None = None
-
-    def __post_init__(self):
-        if self.bound is not None:
-            object.__setattr__(self, "bound", check_positive("bound", self.bound))
 
 
 class TrainState(NamedTuple):
@@ -145,8 +123,10 @@ def set_learning_rate(opt_state, learning_rate):
     return (clip, adam._replace(hyperparams=hyper))
 
 
-def spec_properties(spec: AdversarySpec) -> ClassProperties:
-    """The properties of a built-in class."""
+def spec_properties(spec: AdversarySpec | CustomAdversary) -> ClassProperties:
+    """The properties of a class (declared for a custom one)."""
+    if isinstance(spec, CustomAdversary):
+        return spec.properties
     return ClassProperties(
         cone=spec.is_cone,
         translation_invariant=spec.translation_invariant,
@@ -169,24 +149,33 @@ def objective_kind(divergence: Divergence, properties: ClassProperties, tight: b
     return "fform"
 
 
-def _standardised(module: nnx.Module, loc, scale) -> None:
-    """Sets every input standardiser of ``module`` (built-in classes have one pair)."""
-    for path, var in nnx.iter_graph(module):
-        if isinstance(var, Standardizer):
-            name = path[-1]
-            var.value = loc if name == "loc" else scale
+def as_class(adversary, properties: ClassProperties | None = None):
+    """A class ready to train.
 
-
-def _factory(adversary) -> Callable[[jax.Array], nnx.Module]:
-    """A function key -> fresh module.
-
-    A factory ``rngs -> Module`` gets ``nnx.Rngs(params=key)``; a module instance is copied (every
-    ensemble member then starts from its parameters).
+    A built-in :class:`~cbdp_jax._src.adversaries.AdversarySpec` or a
+    :class:`~cbdp_jax._src.adversaries.CustomAdversary` is returned as it is; a module instance or a
+    factory ``rngs -> Module`` is wrapped with its declared ``properties``.
     """
+    if isinstance(adversary, (AdversarySpec, CustomAdversary)):
+        return adversary
+    if not (isinstance(adversary, nnx.Module) or callable(adversary)):
+        raise InvalidParameterError(
+            f"adversary={adversary!r} is invalid: must be an AdversarySpec, a CustomAdversary, a "
+            "flax.nnx.Module, or a function rngs -> nnx.Module"
+        )
+    if properties is None:
+        raise InvalidParameterError(
+            "properties is invalid: a custom class needs declared ClassProperties (cone, "
+            "translation_invariant, contains_constants, bound)"
+        )
     if isinstance(adversary, nnx.Module):
-        template = nnx.split(adversary)
-        return lambda key: nnx.merge(*template)
-    return lambda key: adversary(nnx.Rngs(params=key))
+        template = nnx.split(adversary)  # every member starts from a copy of this module
+
+        def factory(rngs):
+            return nnx.merge(*template)
+
+        return CustomAdversary(factory, properties, name=type(adversary).__name__)
+    return CustomAdversary(adversary, properties)
 
 
 def trainer(
@@ -257,36 +246,15 @@ def trainer(
             f"optimizer={optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
             "optax.GradientTransformation"
         )
-    if isinstance(adversary, AdversarySpec):
-        props = spec_properties(adversary)
-        label = adversary.label
+    adversary = as_class(adversary, properties)
+    props = spec_properties(adversary)
+    label = adversary.label
+    if isinstance(adversary, CustomAdversary):
+        check_properties(adversary.build(jax.random.key(0), dim, dtype=dtype), props, dim, dtype)
 
-        def build(key, loc, scale):
-            return adversary.build(key, dim, loc=loc, scale=scale, dtype=dtype)
+    def build(key, loc, scale):
+        return adversary.build(key, dim, loc=loc, scale=scale, dtype=dtype)
 
-    elif isinstance(adversary, nnx.Module) or callable(adversary):
-        if properties is None:
-            raise InvalidParameterError(
-                "properties is invalid: a custom class needs declared ClassProperties (cone, "
-                "translation_invariant, contains_constants, bound)"
-            )
-        props = properties
-        factory = _factory(adversary)
-        probe = factory(jax.random.key(0))
-        label = type(probe).__name__
-        check_properties(probe, props, dim, dtype)
-
-        def build(key, loc, scale):
-            module = factory(key)
-            if loc is not None:
-                _standardised(module, loc, scale)
-            return module
-
-    else:
-        raise InvalidParameterError(
-            f"adversary={adversary!r} is invalid: must be an AdversarySpec, a flax.nnx.Module, or "
-            "a function rngs -> nnx.Module"
-        )
     graphdef = nnx.split(build(jax.random.key(0), None, None), nnx.Param, ...)[0]
     kind = objective_kind(divergence, props, tight)
     fns = objective_functions(kind, divergence.name, divergence.convention)

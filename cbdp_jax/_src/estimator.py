@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from cbdp_jax._src import certification
-from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
+from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
 from cbdp_jax._src.core import Trainer, cached_trainer
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
@@ -289,13 +289,14 @@ class EstimateResult:
         return to_json(self.to_dict(), indent=indent)
 
 
-def _as_spec(adversary: AdversarySpec | str, options: dict[str, Any]) -> AdversarySpec:
-    if isinstance(adversary, AdversarySpec):
+def _as_spec(adversary: AdversarySpec | CustomAdversary | str, options: dict[str, Any]):
+    if isinstance(adversary, (AdversarySpec, CustomAdversary)):
         return adversary
     if isinstance(adversary, str):
         return make_adversary(adversary, **options)
     raise InvalidParameterError(
-        f"adversary={adversary!r} is invalid: must be an AdversarySpec or a class name"
+        f"adversary={adversary!r} is invalid: must be an AdversarySpec, a CustomAdversary (a user's "
+        "nnx.Module class with declared properties) or a class name"
     )
 
 
@@ -849,6 +850,30 @@ def _config_dict(config: EstimatorConfig) -> dict[str, Any]:
     return d
 
 
+def _frozen(tree) -> tuple:
+    """A hashable fingerprint of a dataset (a pytree of numbers or arrays): shapes, dtypes, bytes."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return (
+        str(treedef),
+        tuple((np.shape(x), str(np.asarray(x).dtype), np.asarray(x).tobytes()) for x in leaves),
+    )
+
+
+_SAMPLERS: dict[tuple, Callable] = {}
+
+
+def _pair_sampler(pair, swap: bool) -> Callable:
+    """A stable ``(key, n) -> (p, q)`` for a pair.
+
+    Equal pairs get the same function object, so the compiled training program (which takes it as a
+    static argument) is reused, not retraced.
+    """
+    fingerprint = (pair.mechanism, _frozen(pair.dataset), _frozen(pair.neighbour), swap)
+    if fingerprint not in _SAMPLERS:
+        _SAMPLERS[fingerprint] = (pair.swapped() if swap else pair).sample
+    return _SAMPLERS[fingerprint]
+
+
 @functools.cache
 def _draw_program(mechanism, dtype) -> Callable:
     """One compiled sampler per (mechanism, dtype): later calls with the same shapes reuse it."""
@@ -961,7 +986,7 @@ def estimate(
                 _sample_chunks(mech, d_b, kq, test_samples, chunk, dtype),
             ),
             n_test=(test_samples, test_samples),
-            sampler=None if not fresh_samples else (pair if not swap else pair.swapped()).sample,
+            sampler=None if not fresh_samples else _pair_sampler(pair, swap),
             stats_sample=tr,
         )
 

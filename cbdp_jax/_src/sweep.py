@@ -65,7 +65,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
+from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
 from cbdp_jax._src.certification import (
     GUARANTEE_CHOICES,
     bound_fields,
@@ -494,7 +494,8 @@ def _train_batch(
         t_p = sc * trainer.apply(p_, r_, x[0]) + sh
         t_q = div.conjugate(sc * trainer.apply(p_, r_, x[1]) + sh, inp.alpha.astype(dt))
         z_val = t_p - t_q
-        centre = jnp.stack([jnp.median(t_p), jnp.median(t_q)])
+        # Tail-sketch centres as certification.centres_of: the median of h(X), 0 for f*(h(Y)).
+        centre = jnp.stack([jnp.median(t_p), jnp.zeros((), t_p.dtype)])
         return centre, (mom.of(z_val), berry_esseen.pair_moments(z_val))
 
     cent, val_z = jax.vmap(validation_stats)(best_p, rest, inputs, val_x, scale, shift)
@@ -643,10 +644,11 @@ def _as_mechanisms(mechanisms) -> tuple[LaplaceMechanism | GaussianMechanism, ..
 
 
 def _as_specs(adversaries, options: dict[str, Any]) -> tuple[AdversarySpec, ...]:
-    if isinstance(adversaries, (str, AdversarySpec)):
+    if isinstance(adversaries, (str, AdversarySpec, CustomAdversary)):
         adversaries = (adversaries,)
     specs = tuple(
-        a if isinstance(a, AdversarySpec) else make_adversary(a, **options) for a in adversaries
+        a if isinstance(a, (AdversarySpec, CustomAdversary)) else make_adversary(a, **options)
+        for a in adversaries
     )
     if not specs:
         raise InvalidParameterError("adversaries=() is invalid: give at least one class")

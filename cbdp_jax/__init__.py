@@ -4,11 +4,19 @@ How private is a randomized mechanism against an adversary whose attack comes fr
 This package answers three ways, each checking the others: analytic closed forms and bounds
 (:mod:`cbdp_jax.analytic`), exact restricted divergences by quadrature and a concave solver
 (:mod:`cbdp_jax.exact`), and empirical estimates from trained Flax NNX adversaries
-(:mod:`cbdp_jax.estimator`).
+(:mod:`cbdp_jax.estimator`), every bound from :mod:`cbdp_jax.statistics`.
+
+Compiled programs are cached on disk (JAX's persistent compilation cache) in
+``$CBDP_JAX_CACHE_DIR`` or ``~/.cache/cbdp_jax/jax``, so a second process does not recompile them. Set
+``CBDP_JAX_COMPILATION_CACHE=0`` to leave JAX's cache settings alone; a cache folder you configured
+yourself (``jax_compilation_cache_dir``) is always respected.
 """
 
 __version__ = "0.1.0"
 
+from cbdp_jax._src.cache import enable_compilation_cache as _enable_compilation_cache
 from cbdp_jax._src.validation import InvalidParameterError as InvalidParameterError
+
+_enable_compilation_cache()
 
 __all__ = ["InvalidParameterError", "__version__"]

@@ -71,8 +71,13 @@ def init_ensemble(keys: jax.Array, trainer: Trainer, x_reference, learning_rate=
     return states._replace(opt_state=set_learning_rate(states.opt_state, lr))
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef",))
 def apply_fn(graphdef, params, rest, x: jax.Array) -> jax.Array:
-    """Evaluates one adversary given its split state on ``x`` ``[n, d]`` -> ``[n]``."""
+    """Evaluates one adversary given its split state on ``x`` ``[n, d]`` -> ``[n]``.
+
+    One compiled program per class and shape (called eagerly it would compile every operation of the
+    network separately); inside a caller's trace it is inlined.
+    """
     return nnx.merge(graphdef, params, rest)(x)
 
 

@@ -1,0 +1,42 @@
+"""JAX's persistent compilation cache, on by default in a user cache folder.
+
+A first ``cbdp estimate`` process spends most of its time compiling; with the cache, a second process
+with the same shapes loads the compiled programs from disk instead. The folder is
+``$CBDP_JAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/cbdp_jax/jax``, else ``~/.cache/cbdp_jax/jax``.
+Opt out with ``CBDP_JAX_COMPILATION_CACHE=0``; a cache folder already configured (by the user or
+``JAX_COMPILATION_CACHE_DIR``) is kept.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MIN_COMPILE_SECONDS = 0.0  # every program, even the small eager ones (each saves its compile)
+
+
+def cache_folder() -> Path:
+    """Where compiled programs are kept."""
+    explicit = os.environ.get("CBDP_JAX_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cbdp_jax" / "jax"
+
+
+def enable_compilation_cache() -> Path | None:
+    """Turns the persistent cache on unless opted out or already configured; returns its folder."""
+    if os.environ.get("CBDP_JAX_COMPILATION_CACHE", "1").strip().lower() in ("0", "false", "no"):
+        return None
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        return Path(jax.config.jax_compilation_cache_dir)
+    folder = cache_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # a read-only home: run without the cache rather than fail
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    return folder

@@ -57,7 +57,7 @@ def test_quick_run_writes_outputs_and_every_claim_holds(outputs, name):
 
 def test_capacity_curve_resumes_from_unit_checkpoints(outputs):
     folder, first = outputs("capacity_curve")
-    units = sorted((folder / ".units" / "capacity_curve").glob("*.json"))
+    units = sorted((folder / ".units" / "capacity_curve-quick").glob("*.json"))
     assert len(units) == first["units"] > 0
     rows_before = json.loads((folder / "capacity_curve.json").read_text())["rows"]
     # A killed sweep: one unit missing. The rerun recomputes only that unit, the rest come from disk,
@@ -65,7 +65,7 @@ def test_capacity_curve_resumes_from_unit_checkpoints(outputs):
     missing = json.loads(units[0].read_text())["unit"]
     units[0].unlink()
     second = load("capacity_curve").run(folder, quick=True)
-    assert second["units_cached"] == first["units"] - 1
+    assert second["units_reused"] == first["units"] - 1
     rows_after = json.loads((folder / "capacity_curve.json").read_text())["rows"]
     assert [r["unit"] for r in rows_after] == [r["unit"] for r in rows_before]
     for before, after in zip(rows_before, rows_after, strict=True):
@@ -76,5 +76,5 @@ def test_capacity_curve_resumes_from_unit_checkpoints(outputs):
         assert after == before
     # A complete store: nothing is recomputed and the output is identical.
     third = load("capacity_curve").run(folder, quick=True)
-    assert third["units_cached"] == first["units"]
+    assert third["units_reused"] == first["units"]
     assert json.loads((folder / "capacity_curve.json").read_text())["rows"] == rows_after

@@ -66,7 +66,12 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from cbdp_jax._src.adversaries import AdversarySpec, make_adversary
+from cbdp_jax._src.adversaries import (
+    AdversarySpec,
+    check_option_applies,
+    make_adversary,
+    options_for,
+)
 from cbdp_jax._src.divergences import get_divergence
 from cbdp_jax._src.evaluation import HeldOut, Moments, summarize, z_quantile
 from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
@@ -581,8 +586,20 @@ def _as_mechanisms(mechanisms) -> tuple[LaplaceMechanism | GaussianMechanism, ..
 def _as_specs(adversaries, options: dict[str, Any]) -> tuple[AdversarySpec, ...]:
     if isinstance(adversaries, (str, AdversarySpec)):
         adversaries = (adversaries,)
+    names = [a for a in adversaries if not isinstance(a, AdversarySpec)]
+    # Options are shared by the classes given by name: each takes those that apply to it, and an
+    # option that applies to none of them is an error naming the option and the classes.
+    for option, value in options.items():
+        if value is not None and not any(option in options_for(n, options) for n in names):
+            if not names:
+                raise InvalidParameterError(
+                    f"{option}={value!r} is invalid: adversary options complete classes given by "
+                    "name, and every class here is an AdversarySpec"
+                )
+            check_option_applies(names[0], option, value)
     specs = tuple(
-        a if isinstance(a, AdversarySpec) else make_adversary(a, **options) for a in adversaries
+        a if isinstance(a, AdversarySpec) else make_adversary(a, **options_for(a, options))
+        for a in adversaries
     )
     if not specs:
         raise InvalidParameterError("adversaries=() is invalid: give at least one class")

@@ -56,7 +56,9 @@ def test_claims_have_expected_outcomes(outputs, name):
     for c in checks:
         expect_fail = any(s in c["claim"] for s in EXPECTED_FAILURES[name])
         assert c["holds"] is not expect_fail, (c["claim"], c["detail"])
-        if expect_fail:  # a claim printed in the paper: reported as a finding, not a software failure
+        if (
+            expect_fail
+        ):  # a claim printed in the paper: reported as a finding, not a software failure
             assert c["kind"] == "paper", c["claim"]
     for s in EXPECTED_FAILURES[name]:  # each expected failure is actually tested
         assert any(s in c["claim"] for c in checks), s

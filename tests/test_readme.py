@@ -7,8 +7,8 @@
   ``-m slow`` (about 20 s more); the first block is the fast variant that always runs.
 * ```bash blocks: every ``cbdp ...`` command (also inside ``a && b`` chains) is parsed by the real command-line parser (each option exists
   and has a valid value) without running; the short ones also run: both ``cbdp exact`` lines as written,
-  and ``cbdp estimate`` / ``cbdp rerun`` with the README's options but smaller sizes (``--samples 4000
-  --steps 60``). ``cbdp reproduce`` (an hour, or minutes with ``--quick``; its quick modes run in
+  and (with ``-m slow``) ``cbdp estimate`` / ``cbdp rerun`` with the README's options but smaller sizes
+  (``--samples 4000 --steps 60``; the default run covers that path in tests/test_cli.py). ``cbdp reproduce`` (an hour, or minutes with ``--quick``; its quick modes run in
   tests/test_paper_figures.py and tests/test_theorem_experiments.py) and the install and test lines
   (``python3 -m venv ...``, ``pip ...``, ``python -m pytest``) are not run; ``cbdp demo`` (a minute) is
   parsed only.
@@ -185,6 +185,7 @@ def test_cbdp_exact_lines_run_as_written(tmp_path):
             assert "value" in proc.stdout
 
 
+@pytest.mark.slow  # 30-80 s; tests/test_cli.py runs `cbdp estimate --out` and `cbdp rerun` by default
 def test_cbdp_estimate_and_rerun_lines_run_with_smaller_sizes(tmp_path):
     estimate = next(x for x in cbdp_lines() if x.startswith("cbdp estimate"))
     small = re.sub(r"--samples \d+", "--samples 4000", estimate)

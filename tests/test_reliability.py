@@ -276,7 +276,10 @@ CLI_CASES = [
     (("estimate", "--epsilon", "abc"), ("Invalid value for '--epsilon'", "valid")),
     (("estimate", "--bogus", "1"), ("--bogus",)),
     (("rerun", "/nonexistent/result.json"), ("result_json=", "not a result.json")),
-    (("rerun", "{NOT_A_RESULT}"), ("result_json=", "not a result.json", "no 'cli_args' field", "value")),
+    (
+        ("rerun", "{NOT_A_RESULT}"),
+        ("result_json=", "not a result.json", "no 'cli_args' field", "value"),
+    ),
     (("reproduce", "fig9", "--out", "{TMP}"), ("experiment='fig9'", "'paper'", "'all'")),
 ]
 CLI_OPTION_CASES = [

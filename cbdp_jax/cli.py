@@ -316,18 +316,11 @@ def _mechanism_label(args: dict[str, Any], params: dict[str, Any]) -> str:
     return f"{args['mechanism']} " + ", ".join(parts)
 
 
-def reference_of(result, args: dict[str, Any]):
+def reference_of(result, args: dict[str, Any], params: dict[str, Any]):
     """The known value an estimate is compared with (exact restricted, or unrestricted), or None."""
     from cbdp_jax._src.adversaries import make_adversary
     from cbdp_jax._src.reference import reference_for
 
-    _, params = _make_mechanism(
-        args["mechanism"],
-        args.get("epsilon"),
-        args.get("sigma"),
-        args.get("sensitivity"),
-        args.get("k"),
-    )
     spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
     return reference_for(
         args["mechanism"], params, spec, args["divergence"], args.get("alpha"), result.divergence
@@ -342,7 +335,7 @@ def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
         args.get("sensitivity"),
         args.get("k"),
     )
-    reference = reference_of(result, args)
+    reference = reference_of(result, args, params)
     rec = result.to_dict()
     rec["samples"] = args["samples"]
     rec["sample_counts"] = result.samples
@@ -545,7 +538,20 @@ def rerun_cmd(
 
 
 # The arguments a `cbdp estimate` result records, without which it cannot be rerun.
-_RERUN_KEYS = ("mechanism", "adversary", "divergence", "samples", "steps", "seed")
+_RERUN_KEYS = (
+    "mechanism",
+    "adversary",
+    "divergence",
+    "samples",
+    "steps",
+    "ensemble",
+    "batch_size",
+    "learning_rate",
+    "confidence",
+    "both_directions",
+    "dtype",
+    "seed",
+)
 
 
 def _read_result(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

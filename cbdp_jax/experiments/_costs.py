@@ -77,13 +77,20 @@ def unit_seconds(experiment: str, quick: bool, kind: str) -> float:
 
 def measured(out_dir: str | Path, quick: bool) -> dict[str, dict[str, float]]:
     """Median stored compute seconds per (experiment, kind) of a finished run under ``out_dir``."""
+    from cbdp_jax._src.checkpoint import UnitStore
     from cbdp_jax.experiments import available, load
     from cbdp_jax.experiments._units import has_units, unit_store
 
     out: dict[str, dict[str, float]] = {}
+    top = UnitStore(
+        Path(out_dir) / ".units" / f"reproduce-{'quick' if quick else 'full'}", clean=False
+    )
     for name in available():
         module = load(name)
         if not has_units(module):
+            seconds = top.stored_seconds(name)  # an experiment that is one unit: its whole run
+            if seconds is not None:
+                out[name] = {"all": round(seconds, 1)}
             continue
         store = unit_store(out_dir, name, quick, clean=False)
         times: dict[str, list[float]] = defaultdict(list)

@@ -363,3 +363,26 @@ def test_cbdp_reproduce_paper_quick_resumes_after_sigkill(tmp_path):
         assert _normalised_json(run_dir / rel, run_dir) == _normalised_json(ref_dir / rel, ref_dir)
     assert not list(tmp_path.rglob("*.tmp"))
     assert len(list(units.glob("*.json"))) == len(present)
+
+
+@pytest.mark.slow
+def test_cbdp_reproduce_convexity_killed_mid_experiment_resumes_per_unit(tmp_path):
+    """SIGKILL inside the convexity experiment: the resumed run recomputes no finished lambda."""
+    cli = [sys.executable, "-m", "cbdp_jax.cli", "reproduce", "convexity", "--quick", "--out"]
+    out = tmp_path / "run"
+    units = out / ".units" / "convexity-quick"
+    victim = subprocess.Popen([*cli, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(lambda: units.is_dir() and len(list(units.glob("*.json"))) >= 3, victim, timeout=900)
+    _kill(victim)
+    at_kill = {json.loads(p.read_text())["unit"] for p in units.glob("*.json")}
+    assert 3 <= len(at_kill) < 9  # the kill landed inside the experiment (9 units in quick mode)
+    resumed = subprocess.run([*cli, str(out)], capture_output=True, text=True, timeout=1200)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    computed = [
+        line.split(" computed ", 1)[1].split(" in ")[0]
+        for line in resumed.stdout.splitlines()
+        if line.startswith("[convexity ") and " computed " in line
+    ]
+    assert set(computed).isdisjoint(at_kill) and len(computed) == 9 - len(at_kill)
+    assert f"{len(at_kill)} of 9 units done earlier (reused, not recomputed)" in resumed.stdout
+    assert len(list(units.glob("*.json"))) == 9 and (out / "convexity.json").exists()

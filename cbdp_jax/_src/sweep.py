@@ -67,6 +67,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cbdp_jax._src.adversaries import (
+    ADVERSARY_NAMES,
     AdversarySpec,
     check_option_applies,
     make_adversary,
@@ -587,6 +588,8 @@ def _as_specs(adversaries, options: dict[str, Any]) -> tuple[AdversarySpec, ...]
     if isinstance(adversaries, (str, AdversarySpec)):
         adversaries = (adversaries,)
     names = [a for a in adversaries if not isinstance(a, AdversarySpec)]
+    for name in names:
+        check_choice("adversary", name, ADVERSARY_NAMES)
     # Options are shared by the classes given by name: each takes those that apply to it, and an
     # option that applies to none of them is an error naming the option and the classes.
     for option, value in options.items():

@@ -1,5 +1,7 @@
-"""Resumable sweeps with atomic per-unit checkpoints (public API)."""
+"""Resumable sweeps with atomic, fingerprinted per-unit checkpoints (public API)."""
 
+from cbdp_jax._src.checkpoint import UnitReport as UnitReport
 from cbdp_jax._src.checkpoint import UnitStore as UnitStore
+from cbdp_jax._src.checkpoint import fingerprint as fingerprint
 
-__all__ = ["UnitStore"]
+__all__ = ["UnitReport", "UnitStore", "fingerprint"]

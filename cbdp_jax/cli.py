@@ -33,6 +33,7 @@ import typer  # noqa: E402
 from cbdp_jax._src.validation import (  # noqa: E402
     InvalidParameterError,
     check_choice,
+    check_int_at_least,
     check_output_folder,
 )
 
@@ -67,24 +68,13 @@ def _parse_sensitivity(text: str | None) -> tuple[float, ...] | None:
     return values
 
 
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        if math.isinf(x):
-            return "+inf" if x > 0 else "-inf"
-        return f"{x:.6f}"
-    return str(x)
-
-
-def _print_table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
+def _print_record(title: str, fields: list[tuple[str, Any]]) -> None:
+    """One result as a table fitting the terminal (vertical when narrow), every number in full."""
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=title)
-    for c in columns:
-        table.add_column(c)
-    for r in rows:
-        table.add_row(*[_fmt(r.get(c, "")) for c in columns])
-    Console().print(table)
+    from cbdp_jax._src.tables import render_record
+
+    typer.echo(render_record(title, fields, Console().width).rstrip("\n"))
 
 
 def _noise_pair(mechanism: str, epsilon: float | None, sigma: float | None, sensitivity):
@@ -94,11 +84,44 @@ def _noise_pair(mechanism: str, epsilon: float | None, sigma: float | None, sens
     sens = 1.0 if sensitivity is None else sensitivity
     if mechanism == "laplace":
         if sigma is not None:
-            raise InvalidParameterError("sigma is invalid for mechanism 'laplace': use --epsilon")
+            raise InvalidParameterError(
+                f"sigma={sigma!r} is invalid for mechanism 'laplace': it takes --epsilon, --sensitivity"
+            )
         return exact.laplace_pair(1.0 if epsilon is None else epsilon, sens)
     if epsilon is not None:
-        raise InvalidParameterError("epsilon is invalid for mechanism 'gaussian': use --sigma")
+        raise InvalidParameterError(
+            f"epsilon={epsilon!r} is invalid for mechanism 'gaussian': it takes --sigma, --sensitivity"
+        )
     return exact.gaussian_pair(1.0 if sigma is None else sigma, sens)
+
+
+# CLI flags of the adversary options (AdversarySpec fields); feature_map and bandwidth have none.
+_ADVERSARY_FLAGS = {
+    "width": "--width",
+    "depth": "--depth",
+    "degree": "--degree",
+    "features": "--features",
+    "bound": "--bound",
+}
+
+
+def _check_adversary_flags(adversary: str, given: dict[str, Any]) -> None:
+    """An option that does not apply to the class is an error naming both (before any work)."""
+    from cbdp_jax._src.adversaries import ADVERSARY_NAMES, ADVERSARY_OPTIONS
+
+    check_choice("adversary", adversary, ADVERSARY_NAMES)
+    takes = [_ADVERSARY_FLAGS[o] for o in ADVERSARY_OPTIONS[adversary] if o in _ADVERSARY_FLAGS]
+    for option, value in given.items():
+        if value is None or option in ADVERSARY_OPTIONS[adversary]:
+            continue
+        users = [n for n, opts in ADVERSARY_OPTIONS.items() if option in opts]
+        raise InvalidParameterError(
+            f"{option}={value!r} is invalid for adversary {adversary!r}: it takes "
+            + ", ".join(takes)
+            + f" ({_ADVERSARY_FLAGS[option]} applies to "
+            + ", ".join(users)
+            + ")"
+        )
 
 
 @app.command("exact")
@@ -110,7 +133,9 @@ def exact_cmd(
         str | None, typer.Option(help="per-coordinate shift, e.g. 1,0.5")
     ] = None,
     adversary: Annotated[str, typer.Option(help="linear, poly or unrestricted")] = "linear",
-    degree: Annotated[int, typer.Option(help="polynomial degree for --adversary poly")] = 2,
+    degree: Annotated[
+        int | None, typer.Option(help="polynomial degree for --adversary poly (default 2)")
+    ] = None,
     divergence: Annotated[str, typer.Option(help="kl, renyi, tv, hellinger, chi2, js")] = "kl",
     alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
     convention: Annotated[str, typer.Option(help="abs (paper) or nonneg")] = "abs",
@@ -119,12 +144,16 @@ def exact_cmd(
     """Exact restricted (or unrestricted) divergence by quadrature and a concave solver."""
     from cbdp_jax import exact
     from cbdp_jax._src.io import to_json
-    from cbdp_jax._src.validation import check_int_at_least
 
     check_choice("format", output_format, FORMATS)
     check_choice("adversary", adversary, EXACT_ADVERSARIES)
     check_choice("divergence", divergence, ("kl", "renyi", "tv", "hellinger", "chi2", "js"))
-    check_int_at_least("degree", degree, 1)
+    if degree is not None and adversary != "poly":
+        raise InvalidParameterError(
+            f"degree={degree!r} is invalid for adversary {adversary!r}: only --adversary poly takes "
+            "--degree"
+        )
+    degree = 2 if degree is None else check_int_at_least("degree", degree, 1)
     sens = _parse_sensitivity(sensitivity)
     pair = _noise_pair(mechanism, epsilon, sigma, sens)
     t0 = time.perf_counter()
@@ -163,7 +192,9 @@ def exact_cmd(
     if output_format == "json":
         typer.echo(to_json(record))
     else:
-        _print_table("cbdp exact", [record], list(k for k in record if k != "theta"))
+        # Fields that do not apply (None: sigma for Laplace, alpha for KL, no reason) are left out.
+        shown = [(k, v) for k, v in record.items() if v is not None and k != "theta"]
+        _print_record("cbdp exact", shown)
 
 
 def _make_mechanism(mechanism: str, epsilon, sigma, sensitivity, k: int):
@@ -215,6 +246,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         for k in ("width", "depth", "degree", "features", "bandwidth", "bound")
         if args.get(k) is not None
     }
+    _check_adversary_flags(args["adversary"], options)
     bar = None
     cfg_kwargs = dict(
         steps=args["steps"],
@@ -268,16 +300,79 @@ class _ProgressHook:
         self.bar.advance(self.task)
 
 
+_OPTION_KEYS = ("width", "depth", "degree", "features", "bandwidth", "bound")
+
+
+def _mechanism_label(args: dict[str, Any], params: dict[str, Any]) -> str:
+    """E.g. ``'laplace eps=1, sensitivity 1'`` or ``'randomized_response eps=1, k=2'``."""
+    parts = []
+    if "epsilon" in params:
+        parts.append(f"eps={params['epsilon']:g}")
+    if "sigma" in params:
+        parts.append(f"sigma={params['sigma']:g}")
+    if "k" in params:
+        parts.append(f"k={params['k']}")
+    if args["mechanism"] in ("laplace", "gaussian", "nonprivate"):
+        sens = params.get("sensitivity") or (1.0,)
+        parts.append("sensitivity " + ",".join(f"{v:g}" for v in sens))
+    return f"{args['mechanism']} " + ", ".join(parts)
+
+
+def reference_of(result, args: dict[str, Any], params: dict[str, Any]):
+    """The known value an estimate is compared with (exact restricted, or unrestricted), or None."""
+    from cbdp_jax._src.adversaries import make_adversary
+    from cbdp_jax._src.reference import reference_for
+
+    spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
+    return reference_for(
+        args["mechanism"], params, spec, args["divergence"], args.get("alpha"), result.divergence
+    )
+
+
 def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
+    _, params = _make_mechanism(
+        args["mechanism"],
+        args.get("epsilon"),
+        args.get("sigma"),
+        args.get("sensitivity"),
+        args.get("k"),
+    )
+    reference = reference_of(result, args, params)
     rec = result.to_dict()
     rec["samples"] = args["samples"]
     rec["sample_counts"] = result.samples
     rec["cli_args"] = args
     rec["mechanism"] = args["mechanism"]
+    rec["mechanism_label"] = _mechanism_label(args, params)
+    rec["reference"] = None if reference is None else reference.to_dict()
     return rec
 
 
-def _plot_curve(result, path: Path) -> None:
+def curve_values(record: dict[str, Any]) -> dict[str, Any]:
+    """What ``curve.png`` draws, from a result record: the values of its horizontal lines and curves."""
+    curves = record.get("curves") or {}
+    reference = record.get("reference")
+    return {
+        "title": f"{record['mechanism_label']}: {record['adversary']}, {record['divergence']}",
+        "estimate": record["estimate"],
+        "lower_bound": record["lower_bound"],
+        "confidence": record["confidence"],
+        "reference": None if reference is None else reference["value"],
+        "reference_label": None if reference is None else reference["label"],
+        "steps": curves.get("block_step", []),
+        "val_objective": curves.get("val_objective", []),
+        "train_objective": curves.get("train_objective", []),
+        "objective": record.get("objective"),
+    }
+
+
+def _plot_curve(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Writes curve.png and returns what it drew (:func:`curve_values`).
+
+    Top: the held-out estimate, its lower bound and the reference value (exact restricted, or the
+    unrestricted ceiling) as lines over the training steps; bottom: the training and validation
+    objectives of the selected adversary.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,24 +380,27 @@ def _plot_curve(result, path: Path) -> None:
 
     from cbdp_jax._src.io import atomic_savefig
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    curves = result.curves
-    if curves:
-        ax.plot(curves["block_step"], curves["train_objective"], label="training objective")
-        ax.plot(curves["block_step"], curves["val_objective"], label="validation objective")
-    ax.axhline(
-        result.f_estimate if result.objective == "fform" else result.estimate,
-        color="k",
-        ls="--",
-        lw=1,
-        label="held-out estimate",
-    )
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"{result.divergence} objective")
-    ax.set_title(f"{result.adversary}: {result.divergence}")
-    ax.legend(fontsize=8)
+    v = curve_values(record)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.4), sharex=True)
+    steps = v["steps"] or [0, 1]
+    span = [steps[0], steps[-1]]
+    top.plot(span, [v["estimate"]] * 2, "C0-", lw=2, label=f"held-out estimate {v['estimate']:.4g}")
+    top.plot(span, [v["lower_bound"]] * 2, "C0--", lw=1.5,
+             label=f"{v['confidence']:.0%} lower bound {v['lower_bound']:.4g}")  # fmt: skip
+    if v["reference"] is not None:
+        top.plot(span, [v["reference"]] * 2, "k:", lw=1.5, label=v["reference_label"])
+    top.set_ylabel(record["divergence"])
+    top.legend(fontsize=7, loc="lower right")
+    top.set_title(v["title"], fontsize=9)
+    if v["val_objective"]:
+        bottom.plot(v["steps"], v["train_objective"], "C1-", label="training objective")
+        bottom.plot(v["steps"], v["val_objective"], "C2-", label="validation objective")
+        bottom.legend(fontsize=7)
+    bottom.set_xlabel("optimiser step")
+    bottom.set_ylabel(f"objective ({v['objective']})")
     atomic_savefig(fig, path, bbox_inches="tight")
     plt.close(fig)
+    return v
 
 
 @app.command("estimate")
@@ -392,36 +490,57 @@ def estimate_cmd(
     _emit(result, args, output_format, out)
 
 
-def _emit(result, args, output_format: str, out: Path | None) -> None:
+def _emit(
+    result, args, output_format: str, out: Path | None, title: str = "cbdp estimate (held-out)"
+) -> None:
     from cbdp_jax._src.io import atomic_write_json, to_json
 
     record = _result_record(result, args)
     if out is not None:
         atomic_write_json(Path(out) / "result.json", record)
         if result.curves:
-            _plot_curve(result, Path(out) / "curve.png")
+            _plot_curve(record, Path(out) / "curve.png")
     if output_format == "json":
         typer.echo(to_json(record))
         return
-    cols = [
-        "mechanism",
-        "adversary",
-        "divergence",
-        "estimate",
-        "lower_bound",
-        "guarantee",
-        "std_error",
-        "confidence",
-        "samples",
-        "device",
-    ]
-    row = {**record, "adversary": result.adversary, "divergence": result.divergence}
-    _print_table("cbdp estimate (held-out)", [row], cols)
+    _print_record(title, _estimate_fields(record))
     typer.echo(f"lower bound: {result.guarantee} ({result.bound_method}) on {result.bounds}")
     if not result.bound_reliable and result.refusal:
         typer.echo(f"bound refused: {result.refusal}", err=True)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)
+
+
+def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The fields of an estimate's table (``--format json`` has every field)."""
+    counts = record["sample_counts"]
+    fields = [
+        ("mechanism", record["mechanism_label"]),
+        ("adversary", record["adversary"]),
+        ("divergence", record["divergence"]),
+        ("estimate", record["estimate"]),
+        ("lower_bound", record["lower_bound"]),
+        ("guarantee", record.get("guarantee")),
+        ("confidence", record["confidence"]),
+        ("std_error", record["std_error"]),
+        ("bound_reliable", record["bound_reliable"]),
+    ]
+    if record.get("max_estimate") is not None:
+        fields += [
+            ("max_estimate", record["max_estimate"]),
+            ("max_lower_bound", record["max_lower_bound"]),
+        ]
+    reference = record.get("reference")
+    if reference is not None:
+        fields.append((reference["kind"], reference["value"]))
+    fields += [
+        ("train samples", [counts["train_p"], counts["train_q"]]),
+        ("validation", [counts["val_p"], counts["val_q"]]),
+        ("test samples", [counts["test_p"], counts["test_q"]]),
+        ("device", record["device"]),
+        ("seconds", record["seconds"]),
+    ]
+    return fields
 
 
 @app.command("rerun")
@@ -434,22 +553,64 @@ def rerun_cmd(
     check_choice("format", output_format, FORMATS)
     if out is not None:
         check_output_folder("out", out)
-    try:
-        record = json.loads(Path(result_json).read_text())
-        args = record["cli_args"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise InvalidParameterError(
-            f"result_json={str(result_json)!r} is invalid: not a result.json from 'cbdp estimate' ({exc})"
-        ) from None
-    if args.get("sensitivity") is not None:
-        args["sensitivity"] = tuple(args["sensitivity"])
+    record, args = _read_result(result_json)
     result = run_estimate(args)
     differing = _differing_fields(record, _result_record(result, args))
-    _emit(result, args, output_format, out)
+    _emit(result, args, output_format, out, title="cbdp rerun (held-out)")
     if differing:
         typer.echo(f"rerun DIFFERS from {result_json} in: {', '.join(differing)}", err=True)
         raise typer.Exit(1)
     typer.echo(f"rerun identical to {result_json}", err=True)
+
+
+# The arguments a `cbdp estimate` result records, without which it cannot be rerun.
+_RERUN_KEYS = (
+    "mechanism",
+    "adversary",
+    "divergence",
+    "samples",
+    "steps",
+    "ensemble",
+    "batch_size",
+    "learning_rate",
+    "confidence",
+    "both_directions",
+    "dtype",
+    "seed",
+)
+
+
+def _read_result(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A result.json written by ``cbdp estimate`` and its arguments, or one clear error saying why not."""
+
+    def bad(why: str) -> InvalidParameterError:
+        return InvalidParameterError(
+            f"result_json={str(path)!r} is invalid: not a result.json written by 'cbdp estimate' "
+            f"({why})"
+        )
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise bad(exc.strerror or type(exc).__name__) from None
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise bad(f"not JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise bad(f"a JSON {type(record).__name__}, not an object")
+    args = record.get("cli_args")
+    if not isinstance(args, dict):
+        keys = ", ".join(list(record)[:6]) or "none"
+        raise bad(
+            f"it has no 'cli_args' field, which every estimate result records; its fields: {keys}"
+        )
+    missing = [k for k in _RERUN_KEYS if k not in args]
+    if missing:
+        raise bad("its 'cli_args' lack " + ", ".join(missing))
+    if args.get("sensitivity") is not None:
+        args["sensitivity"] = tuple(args["sensitivity"])
+    return record, args
 
 
 # Fields of a result record that legitimately change between runs of the same computation.
@@ -499,16 +660,26 @@ def reproduce_cmd(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results"),
     quick: Annotated[bool, typer.Option(help="small, fast versions")] = False,
     restart: Annotated[
-        bool, typer.Option(help="ignore completed experiments and rerun all")
+        bool, typer.Option(help="forget the named experiments' stored units and rerun them")
     ] = False,
+    processes: Annotated[
+        int, typer.Option(help="worker processes for the units of an experiment")
+    ] = 1,
 ) -> None:
-    """Reproduce the papers' figures, tables and theorem experiments into OUT."""
-    from cbdp_jax._src.reproduce import reproduce, resolve
+    """Reproduce the papers' figures, tables and theorem experiments into OUT.
+
+    Resumable: every finished unit of work is kept under OUT/.units, and a rerun after a kill continues
+    where it stopped. Prints a run-time estimate before it starts and an ETA after each unit. Exits 1
+    only for software failures; a claim printed in the paper that does not hold is reported as a
+    finding, with its numbers.
+    """
+    from cbdp_jax.experiments._reproduce import reproduce, resolve
 
     resolve(name)
+    check_int_at_least("processes", processes, 1)
     check_output_folder("out", out)
-    ok = reproduce(name, out, quick=quick, restart=restart)
-    if not ok:
+    outcome = reproduce(name, out, quick=quick, restart=restart, processes=processes)
+    if not outcome.ok:
         raise typer.Exit(1)
 
 

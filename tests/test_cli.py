@@ -1,7 +1,9 @@
 """The `cbdp` command line, run as a user would (a subprocess), checked against independent values."""
 
+import io
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -61,34 +63,162 @@ def test_exact_unrestricted_renyi_gaussian():
     assert out["value"] == pytest.approx(3 / (2 * 4), rel=1e-6)  # alpha / (2 sigma^2)
 
 
-def test_estimate_json_has_the_documented_keys_and_writes_files(tmp_path):
-    proc = run(
-        "estimate",
-        "--mechanism",
-        "laplace",
-        "--adversary",
-        "linear",
-        "--samples",
-        "20000",
-        "--steps",
-        "300",
-        "--ensemble",
-        "2",
-        "--format",
-        "json",
-        "--out",
-        str(tmp_path),
-    )
-    rec = json.loads(proc.stdout)
+# ---------------------------------------------------------------------------------------------------
+# Tables at 80 columns: every number of the JSON record appears in full in the table
+# ---------------------------------------------------------------------------------------------------
+
+NARROW = {**os.environ, "COLUMNS": "80"}
+
+
+def run_narrow(*args):
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, env=NARROW)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _shown(number) -> str:
+    """A JSON number as the table must show it: Python's shortest round-trip form (repr)."""
+    return repr(float(number)) if isinstance(number, float) else str(number)
+
+
+def assert_readable(table: str, numbers) -> None:
+    lines = table.splitlines()
+    assert lines and max(len(line) for line in lines) <= 80, max(len(line) for line in lines)
+    assert "…" not in table  # rich's ellipsis: a cut value
+    for number in numbers:
+        assert _shown(number) in table, f"{_shown(number)} not shown in full in\n{table}"
+
+
+EXACT_ARGS = ("exact", "--mechanism", "laplace", "--epsilon", "0.7", "--adversary", "poly",
+              "--degree", "2", "--divergence", "renyi", "--alpha", "2.5")  # fmt: skip
+
+
+def test_exact_table_at_80_columns_shows_every_number_in_full():
+    table = run_narrow(*EXACT_ARGS).stdout
+    record = json.loads(run(*EXACT_ARGS, "--format", "json").stdout)
+    assert_readable(table, [record["value"], record["alpha"], record["epsilon"],
+                            *record["sensitivity"], record["degree"]])  # fmt: skip
+    assert "converged" in table and "true" in table
+
+
+def test_readability_check_catches_the_old_horizontal_table():
+    # Negative control: the one-row table drawn before (every field a column) cuts every number at
+    # 80 columns, and the check above rejects it.
+    from rich.console import Console
+    from rich.table import Table
+
+    record = {"value": 0.4382549309311554, "divergence": "renyi", "alpha": 2.5, "adversary": "poly_2",
+              "degree": 2, "mechanism": "laplace", "epsilon": 0.7, "sigma": None,
+              "sensitivity": [1.0], "convention": "abs", "converged": True, "reason": None,
+              "seconds": 2.318}  # fmt: skip
+    table = Table(title="cbdp exact")
+    for k in record:
+        table.add_column(k)
+    table.add_row(*[str(v) for v in record.values()])
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(table)
+    with pytest.raises(AssertionError):
+        assert_readable(console.export_text(), [record["value"]])
+
+
+def test_too_wide_value_names_format_json():
+    from cbdp_jax._src.tables import render_record
+
+    text = render_record("t", [("value", 0.25), ("theta", [0.123456789012345] * 12)], 80)
+    assert "0.25" in text and "use --format json" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    wide = render_record("t", [("value", 0.25), ("alpha", 2.0)], 200)
+    # horizontal when it fits: the field names form the header row, the values one row
+    assert "┃ value ┃ alpha ┃" in wide and "│ 0.25  │ 2.0   │" in wide
+
+
+@pytest.fixture(scope="module")
+def narrow_estimate(tmp_path_factory):
+    """`cbdp estimate --out DIR` as a table at 80 columns, with the result.json it wrote."""
+    out = tmp_path_factory.mktemp("estimate")
+    proc = run_narrow("estimate", "--mechanism", "laplace", "--adversary", "linear", "--samples",
+                      "20000", "--steps", "300", "--ensemble", "2", "--out", str(out))  # fmt: skip
+    return out, proc.stdout, json.loads((out / "result.json").read_text())
+
+
+def _estimate_numbers(rec):
+    counts = rec["sample_counts"]
+    return [rec["estimate"], rec["lower_bound"], rec["std_error"], rec["confidence"],
+            rec["reference"]["value"], counts["train_p"], counts["val_p"], counts["test_p"]]  # fmt: skip
+
+
+def test_estimate_record_has_the_documented_keys_and_writes_files(narrow_estimate):
+    out, _, rec = narrow_estimate
     for key in ("estimate", "lower_bound", "confidence", "std_error", "samples", "device"):
         assert key in rec
     # held-out estimate of (lin, KL) = 0.225987 within 4 SE + optimisation allowance
     assert abs(rec["estimate"] - 0.225987) < 4 * rec["std_error"] + 0.01
-    assert (tmp_path / "result.json").exists() and (tmp_path / "curve.png").exists()
-    # rerun from the saved JSON reproduces the numbers bit for bit
-    again = run("rerun", str(tmp_path / "result.json"), "--format", "json")
-    assert "identical" in again.stderr
-    assert json.loads(again.stdout)["estimate"] == rec["estimate"]
+    assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the counts actually used, and no split (it applies only to estimate_from_samples)
+    assert rec["sample_counts"] == {"train_p": 20000, "train_q": 20000, "val_p": 5000,
+                                    "val_q": 5000, "test_p": 20000, "test_q": 20000}  # fmt: skip
+    assert "split" not in rec["config"]
+
+
+def test_estimate_table_at_80_columns_shows_every_number_in_full(narrow_estimate):
+    _, table, rec = narrow_estimate
+    assert_readable(table, _estimate_numbers(rec))
+
+
+def test_rerun_table_at_80_columns_shows_every_number_and_says_identical(narrow_estimate):
+    out, _, rec = narrow_estimate
+    proc = run_narrow("rerun", str(out / "result.json"))
+    assert "identical" in proc.stderr and "DIFFERS" not in proc.stderr
+    assert_readable(proc.stdout, _estimate_numbers(rec))
+
+
+def test_curve_reference_is_the_exact_value(narrow_estimate):
+    from cbdp_jax import exact
+    from cbdp_jax.cli import curve_values
+
+    _, _, rec = narrow_estimate
+    truth = exact.restricted_divergence(exact.laplace_pair(1.0), "kl", "linear").value
+    drawn = curve_values(rec)
+    assert drawn["reference"] == rec["reference"]["value"] == pytest.approx(truth, rel=1e-9)
+    assert rec["reference"]["kind"] == "exact restricted"
+    assert (drawn["estimate"], drawn["lower_bound"]) == (rec["estimate"], rec["lower_bound"])
+    assert "laplace eps=1" in drawn["title"] and "linear" in drawn["title"]
+
+
+@pytest.mark.parametrize(
+    "mechanism, params, adversary, options, divergence, alpha, kind",
+    [
+        ("laplace", {"epsilon": 1.0}, "poly", {"degree": 2}, "renyi", 2.0, "exact restricted"),
+        ("gaussian", {"sigma": 2.0}, "linear", {}, "kl", None, "exact restricted"),
+        ("laplace", {"epsilon": 1.0}, "mlp", {"width": 8}, "renyi", 4.0, "unrestricted"),
+        ("gaussian", {"sigma": 1.0}, "linear", {"bound": 1.0}, "kl", None, "unrestricted"),
+        ("randomized_response", {"epsilon": 1.0, "k": 2}, "linear", {}, "kl", None, None),
+    ],
+)
+def test_reference_value_is_the_exact_or_the_unrestricted_value(
+    mechanism, params, adversary, options, divergence, alpha, kind
+):
+    from cbdp_jax import analytic, exact
+    from cbdp_jax._src.reference import reference_for
+    from cbdp_jax.adversaries import make_adversary
+
+    spec = make_adversary(adversary, **options)
+    ref = reference_for(mechanism, params, spec, divergence, alpha, "D")
+    if kind is None:
+        assert ref is None
+        return
+    assert ref.kind == kind
+    if kind == "exact restricted":
+        pair = exact.laplace_pair(1.0) if mechanism == "laplace" else exact.gaussian_pair(2.0)
+        want = exact.restricted_divergence(
+            pair, divergence, adversary, degree=options.get("degree", 1), alpha=alpha
+        ).value
+    elif mechanism == "laplace":
+        want = analytic.laplace_renyi(alpha, 1.0)
+    else:
+        want = analytic.gaussian_kl(1.0)
+    assert ref.value == pytest.approx(want, rel=1e-9)
+    assert kind in ref.label or ("exact" in ref.label and kind.startswith("exact"))
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ import pytest
 
 import cbdp_jax
 from cbdp_jax import InvalidParameterError, analytic, exact
-from cbdp_jax.adversaries import make_adversary
+from cbdp_jax.adversaries import AdversarySpec, make_adversary
 from cbdp_jax.checkpoint import UnitStore
 from cbdp_jax.divergences import get_divergence
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
@@ -47,6 +47,7 @@ from cbdp_jax.mechanisms import (
     NonPrivateRelease,
     make_mechanism,
 )
+from cbdp_jax.sweep import estimate_sweep
 
 CLI = [sys.executable, "-m", "cbdp_jax.cli"]
 KEY = jax.random.key(0)
@@ -191,6 +192,15 @@ API_CASES = [
         ("unit_ids", "unique"),
         id="UnitStore.run-duplicate-ids",
     ),
+    # options that do not apply to the class are errors naming the option, the class and what applies
+    pytest.param(lambda: make_adversary("linear", width=64), ("width=64", "'linear'", "feature_map, bound", "'relu2', 'mlp'"), id="make_adversary-linear-with-width"),
+    pytest.param(lambda: make_adversary("mlp", degree=3), ("degree=3", "'mlp'", "width, depth, bound", "'poly'"), id="make_adversary-mlp-with-degree"),
+    pytest.param(lambda: make_adversary("mlp", widht=8), ("widht=8", "'mlp'", "not an option of any adversary class"), id="make_adversary-misspelt-option"),
+    pytest.param(lambda: AdversarySpec(name="linear", depth=5), ("depth=5", "'linear'", "'mlp'"), id="AdversarySpec-linear-with-depth"),
+    pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=100, adversary="linear", width=64, config=TINY), ("width=64", "'linear'", "bound"), id="estimate-linear-with-width"),
+    pytest.param(lambda: estimate_from_samples(KEY, P1, Q1, adversary="mlp", degree=3, config=TINY), ("degree=3", "'mlp'", "width, depth, bound"), id="estimate_from_samples-mlp-with-degree"),
+    pytest.param(lambda: estimate_from_samples(KEY, P1, Q1, adversary=make_adversary("poly", degree=2), degree=3, config=TINY), ("degree=3", "poly_2", "AdversarySpec"), id="estimate_from_samples-spec-with-options"),
+    pytest.param(lambda: estimate_sweep(KEY, LaplaceMechanism(epsilon=1.0), adversaries=("linear", "poly"), width=8), ("width=8", "'linear'", "'mlp'"), id="estimate_sweep-option-no-class-takes"),
 ]  # fmt: skip
 
 
@@ -266,7 +276,10 @@ CLI_CASES = [
     (("estimate", "--epsilon", "abc"), ("Invalid value for '--epsilon'", "valid")),
     (("estimate", "--bogus", "1"), ("--bogus",)),
     (("rerun", "/nonexistent/result.json"), ("result_json=", "not a result.json")),
-    (("rerun", "{NOT_A_RESULT}"), ("result_json=", "not a result.json")),
+    (
+        ("rerun", "{NOT_A_RESULT}"),
+        ("result_json=", "not a result.json", "no 'cli_args' field", "value"),
+    ),
     (("reproduce", "fig9", "--out", "{TMP}"), ("experiment='fig9'", "'paper'", "'all'")),
 ]
 CLI_OPTION_CASES = [
@@ -304,6 +317,21 @@ CLI_OPTION_CASES = [
         ("estimate", "--mechanism", "nonprivate", "--divergence", "kl", "--alpha", "2", "--samples", "200", "--test-samples", "200", "--format", "json"),
         ("alpha=2.0", "'kl'"),
         id="estimate-kl-with-alpha",
+    ),
+    pytest.param(
+        ("estimate", "--adversary", "linear", "--width", "64", "--samples", "1"),
+        ("width=64", "'linear'", "--bound", "--width applies to relu2, mlp"),
+        id="estimate-linear-with-width",
+    ),
+    pytest.param(
+        ("estimate", "--adversary", "mlp", "--degree", "3", "--samples", "1"),
+        ("degree=3", "'mlp'", "--width, --depth, --bound", "--degree applies to poly"),
+        id="estimate-mlp-with-degree",
+    ),
+    pytest.param(
+        ("exact", "--adversary", "linear", "--degree", "3"),
+        ("degree=3", "'linear'", "--adversary poly"),
+        id="exact-linear-with-degree",
     ),
 ]  # fmt: skip
 
@@ -822,12 +850,20 @@ def test_result_records_seed_versions_device_and_full_config_enough_to_rerun():
     assert env["device"] == jax.devices()[0].device_kind == res.device
     fields = [f.name for f in dataclasses.fields(EstimatorConfig) if f.name != "progress"]
     for name in fields:
+        if name == "split":  # applies only to estimate_from_samples: not recorded here
+            assert name not in cfg
+            continue
         want = getattr(REPRO_CONFIG, name)
         assert cfg[name] == (list(want) if isinstance(want, tuple) else want), name
+    # the counts actually used: training, validation (default samples // 4, at least 1000), test
+    assert res.samples == {"train_p": 4000, "train_q": 4000, "val_p": 1000, "val_q": 1000,
+                           "test_p": 4000, "test_q": 4000}  # fmt: skip
+    # the class's record holds only the options that apply to it
+    assert cfg["adversary_spec"] == {"name": "linear", "feature_map": None, "bound": None}
     assert cfg["adversary_spec"]["name"] == "linear"
     assert (cfg["divergence"], cfg["alpha"], cfg["samples"]) == ("kl", None, 4000)
     # Rebuild the key and config from the record alone and rerun: identical numbers.
-    rebuilt = EstimatorConfig(**{n: tuple(cfg[n]) if n == "split" else cfg[n] for n in fields})
+    rebuilt = EstimatorConfig(**{n: cfg[n] for n in fields if n != "split"})
     key2 = jax.random.wrap_key_data(np.asarray(cfg["key_data"], dtype=np.uint32))
     again = estimate(
         key2,

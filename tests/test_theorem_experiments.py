@@ -3,7 +3,8 @@
 Each experiment writes a PNG, a CSV and a JSON file and returns a summary whose ``checks`` state one
 claim each, with the numbers behind it; in quick mode every claim must hold (the counter-examples --
 non-linear post-processing, Renyi non-convexity -- are stated as "the violation exceeds the confidence
-margin", so they hold too). The capacity sweep must resume from its per-unit checkpoints.
+margin", so they hold too). The capacity sweep and the convexity experiment must resume from their
+per-unit checkpoints (per class; per lambda).
 """
 
 import csv
@@ -55,26 +56,25 @@ def test_quick_run_writes_outputs_and_every_claim_holds(outputs, name):
     assert not failed, failed
 
 
-def test_capacity_curve_resumes_from_unit_checkpoints(outputs):
-    folder, first = outputs("capacity_curve")
-    units = sorted((folder / ".units" / "capacity_curve").glob("*.json"))
+def _rows(folder, name):
+    rows = json.loads((folder / f"{name}.json").read_text())["rows"]
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # wall time aside
+
+
+@pytest.mark.parametrize("name", ["capacity_curve", "convexity"])
+def test_experiment_resumes_from_its_unit_checkpoints(outputs, name):
+    folder, first = outputs(name)
+    units = sorted((folder / ".units" / f"{name}-quick").glob("*.json"))
     assert len(units) == first["units"] > 0
-    rows_before = json.loads((folder / "capacity_curve.json").read_text())["rows"]
-    # A killed sweep: one unit missing. The rerun recomputes only that unit, the rest come from disk,
-    # and the output equals the uninterrupted run's (same keys, same samples; wall time aside).
-    missing = json.loads(units[0].read_text())["unit"]
-    units[0].unlink()
-    second = load("capacity_curve").run(folder, quick=True)
-    assert second["units_cached"] == first["units"] - 1
-    rows_after = json.loads((folder / "capacity_curve.json").read_text())["rows"]
-    assert [r["unit"] for r in rows_after] == [r["unit"] for r in rows_before]
-    for before, after in zip(rows_before, rows_after, strict=True):
-        if before["unit"] == missing:
-            before, after = dict(before), dict(after)
-            before.pop("seconds")
-            after.pop("seconds")
-        assert after == before
+    rows_before = _rows(folder, name)
+    # A killed run: two units missing. The rerun recomputes only those (same keys, same samples), the
+    # rest come from disk, and the output equals the uninterrupted run's.
+    for path in units[:2]:
+        path.unlink()
+    second = load(name).run(folder, quick=True)
+    assert second["units_reused"] == first["units"] - 2
+    assert _rows(folder, name) == rows_before
     # A complete store: nothing is recomputed and the output is identical.
-    third = load("capacity_curve").run(folder, quick=True)
-    assert third["units_cached"] == first["units"]
-    assert json.loads((folder / "capacity_curve.json").read_text())["rows"] == rows_after
+    third = load(name).run(folder, quick=True)
+    assert third["units_reused"] == first["units"]
+    assert _rows(folder, name) == rows_before

@@ -41,6 +41,16 @@ from cbdp_jax._src.validation import (
 
 ADVERSARY_NAMES = ("linear", "poly", "relu2", "mlp", "rff")
 
+# The options (fields of AdversarySpec besides ``name``) that apply to each class. Giving any other is an
+# error: a silently ignored option would make a result's record claim a setting that was not used.
+ADVERSARY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "linear": ("feature_map", "bound"),
+    "poly": ("degree", "bound"),
+    "relu2": ("width", "bound"),
+    "mlp": ("width", "depth", "bound"),
+    "rff": ("features", "bandwidth", "bound"),
+}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ClassProperties:
@@ -333,6 +343,11 @@ class AdversarySpec:
 
     def __post_init__(self):
         check_choice("adversary", self.name, ADVERSARY_NAMES)
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name != "name"}
+        for option, default in defaults.items():
+            value = getattr(self, option)
+            if value is not default and value != default:
+                check_option_applies(self.name, option, value)
         check_int_at_least("degree", self.degree, 1)
         check_int_at_least("width", self.width, 1)
         check_int_at_least("depth", self.depth, 1)
@@ -362,9 +377,17 @@ class AdversarySpec:
         return True
 
     def to_dict(self) -> dict:
-        """The fields as a JSON-ready dict (a feature map by its ``repr``)."""
-        d = dataclasses.asdict(self)
-        d["feature_map"] = None if self.feature_map is None else repr(self.feature_map)
+        """The name and the options that apply to this class, JSON-ready (a feature map by its ``repr``).
+
+        Options that do not apply to the class (a width for a linear class) are left out, so a record
+        never shows a setting that was not used; ``make_adversary(**spec.to_dict())`` rebuilds the
+        spec when it has no feature map.
+        """
+        d = {"name": self.name}
+        for option in ADVERSARY_OPTIONS[self.name]:
+            d[option] = getattr(self, option)
+        if "feature_map" in d:
+            d["feature_map"] = None if self.feature_map is None else repr(self.feature_map)
         return d
 
     @property
@@ -398,11 +421,40 @@ class AdversarySpec:
         return module if self.bound is None else BoundedAdversary(module, self.bound)
 
 
+def check_option_applies(name: str, option: str, value) -> None:
+    """Raises unless ``option`` is an option of adversary class ``name`` (see ``ADVERSARY_OPTIONS``).
+
+    Raises:
+      InvalidParameterError: Naming the option, its value, the class, the options the class takes and
+        the classes the option applies to.
+
+    """
+    takes = ADVERSARY_OPTIONS[name]
+    if option in takes:
+        return
+    users = [n for n, opts in ADVERSARY_OPTIONS.items() if option in opts]
+    where = (
+        f"{option} applies to adversary " + ", ".join(repr(u) for u in users)
+        if users
+        else f"{option!r} is not an option of any adversary class"
+    )
+    raise InvalidParameterError(
+        f"{option}={value!r} is invalid for adversary {name!r}: it takes "
+        + ", ".join(takes)
+        + f" ({where})"
+    )
+
+
 def make_adversary(name: str, **options) -> AdversarySpec:
     """Builds an :class:`AdversarySpec` by name; options are the spec's fields (degree, width, ...).
 
+    An option given as None counts as not given. Options that apply to each class: ``linear``:
+    feature_map, bound; ``poly``: degree, bound; ``relu2``: width, bound; ``mlp``: width, depth,
+    bound; ``rff``: features, bandwidth, bound.
+
     Raises:
-      InvalidParameterError: For an unknown name or an out-of-range option.
+      InvalidParameterError: For an unknown name, an out-of-range option, or an option that does not
+        apply to the class (``width`` for ``'linear'``, ``degree`` for ``'mlp'``, a misspelling).
 
     Examples:
       >>> make_adversary("poly", degree=3).label
@@ -410,4 +462,13 @@ def make_adversary(name: str, **options) -> AdversarySpec:
 
     """
     check_choice("adversary", name, ADVERSARY_NAMES)
-    return AdversarySpec(name=name, **{k: v for k, v in options.items() if v is not None})
+    given = {k: v for k, v in options.items() if v is not None}
+    for option, value in given.items():
+        check_option_applies(name, option, value)
+    return AdversarySpec(name=name, **given)
+
+
+def options_for(name: str, options: dict) -> dict:
+    """The subset of shared ``options`` (None values dropped) that applies to class ``name``."""
+    takes = ADVERSARY_OPTIONS.get(name, ())
+    return {k: v for k, v in options.items() if v is not None and k in takes}

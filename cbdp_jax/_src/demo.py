@@ -22,7 +22,7 @@ CLASSES = (("linear", {}), ("poly", {"degree": 3}), ("mlp", {"width": 32, "depth
 
 
 def _references(mech: str, div: str, alpha: float | None, adversary: str, options: dict) -> dict:
-    from cbdp_jax import analytic, exact
+    from cbdp_jax._src import analytic, exact
 
     if mech == "laplace":
         pair = exact.laplace_pair(1.0)
@@ -52,9 +52,9 @@ def run_demo(
     from rich.progress import Progress
     from rich.table import Table
 
+    from cbdp_jax._src.estimator import EstimatorConfig, estimate
     from cbdp_jax._src.io import atomic_write_json, environment_info
-    from cbdp_jax.estimator import EstimatorConfig, estimate
-    from cbdp_jax.mechanisms import make_mechanism
+    from cbdp_jax._src.mechanisms import make_mechanism
 
     rows: list[dict[str, Any]] = []
     keys = jax.random.split(jax.random.key(seed), len(CASES) * len(CLASSES))

@@ -291,6 +291,13 @@ class EstimateResult:
 
 def _as_spec(adversary: AdversarySpec | CustomAdversary | str, options: dict[str, Any]):
     if isinstance(adversary, (AdversarySpec, CustomAdversary)):
+        given = {k: v for k, v in options.items() if v is not None}
+        if given:
+            option, value = next(iter(given.items()))
+            raise InvalidParameterError(
+                f"{option}={value!r} is invalid with adversary={adversary.label!r}: options complete "
+                "a class given by name; set them on the AdversarySpec instead"
+            )
         return adversary
     if isinstance(adversary, str):
         return make_adversary(adversary, **options)
@@ -657,7 +664,7 @@ def _assemble(
         "adversary": spec.label,
         "samples": samples,
         "environment": environment_info(),
-        "config": {**_config_dict(config), **call},
+        "config": {**_config_dict(config, call["entry"]), **call},
         "seconds": seconds,
     }
     reverse = None
@@ -741,7 +748,8 @@ def estimate_from_samples(
       alpha: The order for ``'renyi'`` / ``'alpha'``.
       convention: Conjugate convention of the alpha family (``'abs'``, the paper's, or ``'nonneg'``).
       config: Training and evaluation settings.
-      **adversary_options: Fields of :class:`AdversarySpec` when ``adversary`` is a name.
+      **adversary_options: Fields of :class:`AdversarySpec` when ``adversary`` is a name; an option
+        that does not apply to the class (``width`` for ``'linear'``) is an error.
 
     Returns:
       An :class:`EstimateResult`.
@@ -841,12 +849,20 @@ def estimate_from_samples(
     )
 
 
-def _config_dict(config: EstimatorConfig) -> dict[str, Any]:
+def _config_dict(config: EstimatorConfig, entry: str = "samples") -> dict[str, Any]:
+    """The configuration settings that applied to an estimate.
+
+    ``split`` applies only to :func:`estimate_from_samples` (``entry='samples'``): a mechanism estimate
+    draws its train / validation / test samples separately and records their counts instead.
+    """
     d = dataclasses.asdict(config)
     d.pop("progress")
     if not isinstance(config.optimizer, str):
         d["optimizer"] = f"custom {type(config.optimizer).__name__}"
-    d["split"] = list(config.split)
+    if entry == "samples":
+        d["split"] = list(config.split)
+    else:
+        d.pop("split")
     return d
 
 
@@ -924,13 +940,14 @@ def estimate(
       alpha: The order for ``'renyi'`` / ``'alpha'``.
       convention: The alpha family's conjugate convention.
       config: Training and evaluation settings.
-      **adversary_options: Fields of :class:`AdversarySpec` when ``adversary`` is a name.
+      **adversary_options: Fields of :class:`AdversarySpec` when ``adversary`` is a name; an option
+        that does not apply to the class (``degree`` for ``'mlp'``) is an error.
 
     Returns:
       An :class:`EstimateResult`.
 
     Raises:
-      InvalidParameterError: For bad sizes, names, or parameters.
+      InvalidParameterError: For bad sizes, names, or parameters, and options that do not apply.
 
     Examples:
       >>> import jax

@@ -65,7 +65,14 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
+from cbdp_jax._src.adversaries import (
+    ADVERSARY_NAMES,
+    AdversarySpec,
+    CustomAdversary,
+    check_option_applies,
+    make_adversary,
+    options_for,
+)
 from cbdp_jax._src.certification import (
     GUARANTEE_CHOICES,
     bound_fields,
@@ -646,8 +653,23 @@ def _as_mechanisms(mechanisms) -> tuple[LaplaceMechanism | GaussianMechanism, ..
 def _as_specs(adversaries, options: dict[str, Any]) -> tuple[AdversarySpec, ...]:
     if isinstance(adversaries, (str, AdversarySpec, CustomAdversary)):
         adversaries = (adversaries,)
+    names = [a for a in adversaries if not isinstance(a, (AdversarySpec, CustomAdversary))]
+    for name in names:
+        check_choice("adversary", name, ADVERSARY_NAMES)
+    # Options are shared by the classes given by name: each takes those that apply to it, and an
+    # option that applies to none of them is an error naming the option and the classes.
+    for option, value in options.items():
+        if value is not None and not any(option in options_for(n, options) for n in names):
+            if not names:
+                raise InvalidParameterError(
+                    f"{option}={value!r} is invalid: adversary options complete classes given by "
+                    "name, and every class here is an AdversarySpec"
+                )
+            check_option_applies(names[0], option, value)
     specs = tuple(
-        a if isinstance(a, (AdversarySpec, CustomAdversary)) else make_adversary(a, **options)
+        a
+        if isinstance(a, (AdversarySpec, CustomAdversary))
+        else make_adversary(a, **options_for(a, options))
         for a in adversaries
     )
     if not specs:

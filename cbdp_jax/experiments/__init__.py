@@ -2,8 +2,12 @@
 
 Each experiment is a module here exposing ``run(out_dir, *, quick=False) -> dict``; it writes a PNG plot
 and a CSV/JSON table into ``out_dir`` (atomically) and returns a summary with a ``checks`` list, one entry
-per claim it tests: ``{"claim": str, "holds": bool, "detail": str}``. The scripts under the repository's
-``experiments/`` folder and ``cbdp reproduce NAME`` both call these functions.
+per claim it tests: ``{"claim": str, "holds": bool, "detail": str, "kind": "software" | "paper"}`` (a
+failed software check is a bug; a failed paper check is a finding about a claim printed in the paper).
+The long experiments are split into units of work (``plan`` / ``compute`` / ``finish``, see
+:mod:`cbdp_jax.experiments._units`), checkpointed one by one. The scripts under the repository's
+``experiments/`` folder and ``cbdp reproduce NAME`` (:mod:`cbdp_jax.experiments._reproduce`) both call
+these functions.
 """
 
 from __future__ import annotations

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from cbdp_jax.experiments._common import Timer, check, pyplot, save_outputs
+from cbdp_jax.experiments._common import (
+    PAPER,
+    SOFTWARE,
+    Timer,
+    check,
+    paper_claim,
+    pyplot,
+    save_outputs,
+)
 
 # Orders for the exact curves: (1, 2) is included (the exact values exist there; the bounds need
 # alpha >= 2). EXTENDED reaches alpha = 50 for the "eventually decreasing" question of Figs 1b / 2b.
@@ -258,7 +266,7 @@ def lin_figure(
                 )
             )
             checks.append(
-                check(
+                paper_claim(
                     f"{tag}: printed upper bound >= exact (lin, Renyi) for alpha >= 2 (paper)",
                     not violated,
                     "holds at every order"
@@ -285,6 +293,7 @@ def lin_figure(
                             got is not None and abs(got - want) <= 0.15,
                             f"crossing at alpha = {_fmt(got)} (analytic), {_fmt(cross_b[form])} "
                             "(bisection here)",
+                            kind=PAPER if who == "paper" else SOFTWARE,
                         )
                     )
     handles = {}
@@ -398,7 +407,7 @@ def poly_figure(
             axes[1].plot([a_pk], [float(np.max(values[k]))], marker="v", color=COLORS[k], ms=8)
             lab = "lin" if k == 1 else f"poly_{k}"
             checks.append(
-                check(
+                paper_claim(
                     f"{setting.label}: ({lab}, Renyi) eventually decreases in alpha (paper)",
                     dec,
                     desc,

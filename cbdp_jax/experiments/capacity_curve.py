@@ -7,9 +7,9 @@ ReLU networks and random Fourier features. Beside them: the exact restricted val
 (linear and polynomial classes, :mod:`cbdp_jax.exact`) and the unrestricted divergence
 (:mod:`cbdp_jax.analytic`), the ceiling every class stays under.
 
-Every (mechanism, divergence, class) is one unit of a :class:`~cbdp_jax.checkpoint.UnitStore` under
-``out_dir/.units/capacity_curve``: a killed sweep restarted with the same arguments skips the finished
-units and produces the same output as an uninterrupted run.
+Every (mechanism, divergence, class) is one unit of work (:mod:`cbdp_jax.experiments._units`), kept
+under ``out_dir/.units/capacity_curve-{quick,full}``: a killed sweep restarted with the same arguments
+skips the finished units and produces the same output as an uninterrupted run.
 
 Checks compare a Bonferroni (5% family-wise) lower bound of each estimate with the exact and unrestricted
 values (the estimator targets the exact value, so each comparison is a coverage event), and test that
@@ -20,8 +20,8 @@ held-out sample dominates the variance) counts as the trivial bound 0.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,15 @@ import numpy as np
 
 from cbdp_jax._src.statistics.bounds import family_confidence, z_quantile
 from cbdp_jax.experiments._common import (
-    Timer,
     budget_summary,
     check,
+    config_from_dict,
     estimator_config,
+    estimator_dict,
     pyplot,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "capacity_curve"
 WIDTHS = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -109,84 +111,138 @@ def _float(value: Any) -> float:
     return float(value) if value is not None else math.nan
 
 
+SEED = 2019_1212
+FULL_STEPS = 2000
+
+
+def _samples(quick: bool) -> int:
+    return 20_000 if quick else 100_000
+
+
+def _kind(options: dict[str, Any]) -> str:
+    """The cost-table row of a class: wide two-layer networks cost more than narrow ones."""
+    name = options["name"]
+    if name == "relu2" and options["width"] >= 64:
+        return "relu2_wide"
+    return name
+
+
+def _n_compare(quick: bool) -> int:
+    """Simultaneous comparisons of lower bounds with exact values (two per unit, one per curve)."""
+    n_units = len(_mechanisms(quick)) * len(_divergences(quick)) * len(_classes(quick))
+    return 2 * n_units + len(_mechanisms(quick)) * len(_divergences(quick))
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per (mechanism, divergence, class).
+
+    Args:
+      quick: Laplace eps = 1, KL only, five classes.
+
+    Returns:
+      The units, mechanism-major, then divergence, then class in increasing capacity.
+
+    """
+    mode = "quick" if quick else "full"
+    budget = estimator_dict(
+        estimator_config(quick, full_steps=FULL_STEPS, family_size=_n_compare(quick))
+    )
+    units = []
+    for mi, (family, param) in enumerate(_mechanisms(quick)):
+        for di, (div, alpha) in enumerate(_divergences(quick)):
+            for ci, (cls, options) in enumerate(_classes(quick)):
+                uid = f"{mode}|{_mech_label(family, param)}|{_div_label(div, alpha)}|{cls}"
+                config = {
+                    "quick": quick,
+                    "family": family,
+                    "param": param,
+                    "divergence": div,
+                    "alpha": alpha,
+                    "class": cls,
+                    "options": options,
+                    "capacity_rank": ci,
+                    "fold": [mi, di, ci],
+                    "seed": SEED,
+                    "samples": _samples(quick),
+                    "estimator": budget,
+                }
+                units.append(Unit(id=uid, config=config, kind=_kind(options)))
+    return units
+
+
+def compute(config: dict) -> dict[str, Any]:
+    """One estimate with its exact (where known) and unrestricted reference values."""
+    from cbdp_jax.adversaries import make_adversary
+    from cbdp_jax.estimator import estimate
+    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism
+
+    family, param = config["family"], config["param"]
+    div, alpha, options = config["divergence"], config["alpha"], config["options"]
+    if family == "laplace":
+        mech = LaplaceMechanism(epsilon=param)
+    else:
+        mech = GaussianMechanism(sigma=param)
+    spec = make_adversary(**options)
+    key = jax.random.key(config["seed"])
+    for index in config["fold"]:
+        key = jax.random.fold_in(key, index)
+    res = estimate(
+        key,
+        mech,
+        samples=config["samples"],
+        adversary=spec,
+        divergence=div,
+        alpha=alpha,
+        config=config_from_dict(config["estimator"]),
+    )
+    return {
+        "mechanism": _mech_label(family, param),
+        "divergence": _div_label(div, alpha),
+        "class": config["class"],
+        "class_label": spec.label,
+        "capacity_rank": config["capacity_rank"],
+        "estimate": res.estimate,
+        "lower_bound": res.lower_bound,
+        "std_error": res.std_error,
+        "bound_reliable": bool(getattr(res, "bound_reliable", True)),
+        "exact": exact_value(family, param, div, alpha, options),
+        "unrestricted": unrestricted(family, param, div, alpha),
+        "seconds": res.seconds,
+        "warnings": " | ".join(res.warnings),
+    }
+
+
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     """Runs the capacity sweep (resumable); writes capacity_curve.png / .csv / .json.
 
     Args:
-      out_dir: Output folder; finished units are kept under ``out_dir/.units/capacity_curve``.
+      out_dir: Output folder; finished units are kept under
+        ``out_dir/.units/capacity_curve-{quick,full}``.
       quick: Laplace eps = 1, KL only, classes linear, poly_2 and relu2 of width 2, 8, 32, few steps.
 
     Returns:
-      The summary with its ``checks``.
+      The summary with its ``checks``, ``units`` and ``units_reused``.
 
     """
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Checks, figure and outputs from the units' results (``unit id -> row``)."""
     plt = pyplot()
 
-    from cbdp_jax.adversaries import make_adversary
-    from cbdp_jax.checkpoint import UnitStore
-    from cbdp_jax.estimator import estimate
-    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism
-
-    config = estimator_config(quick, full_steps=2000)
-    samples = 20_000 if quick else 100_000
-    mode = "quick" if quick else "full"
+    config = estimator_config(quick, full_steps=FULL_STEPS)
+    samples = _samples(quick)
     classes = _classes(quick)
     mechs = _mechanisms(quick)
     divs = _divergences(quick)
-    units = {}
-    for mi, (family, param) in enumerate(mechs):
-        for di, (div, alpha) in enumerate(divs):
-            for ci, (cls, options) in enumerate(classes):
-                uid = f"{mode}|{_mech_label(family, param)}|{_div_label(div, alpha)}|{cls}"
-                units[uid] = (mi, di, ci, family, param, div, alpha, cls, options)
-    n_compare = 2 * len(units) + len(mechs) * len(divs)
+    # Each unit's bound is one of n_compare simultaneous bounds (Bonferroni, taken by the estimator on
+    # the f-scale, see plan); a refused bound is the trivial 0.
+    n_compare = _n_compare(quick)
     z = z_quantile(config.confidence)
-    # Each unit's bound is one of n_compare simultaneous bounds (Bonferroni, taken by the estimator).
-    config = dataclasses.replace(config, family_size=n_compare)
-    key = jax.random.key(2019_1212)
-
-    def compute(uid: str) -> dict[str, Any]:
-        mi, di, ci, family, param, div, alpha, cls, options = units[uid]
-        if family == "laplace":
-            mech = LaplaceMechanism(epsilon=param)
-        else:
-            mech = GaussianMechanism(sigma=param)
-        spec = make_adversary(**options)
-        res = estimate(
-            jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, mi), di), ci),
-            mech,
-            samples=samples,
-            adversary=spec,
-            divergence=div,
-            alpha=alpha,
-            config=config,
-        )
-        return {
-            "mechanism": _mech_label(family, param),
-            "divergence": _div_label(div, alpha),
-            "class": cls,
-            "class_label": spec.label,
-            "capacity_rank": ci,
-            "estimate": res.estimate,
-            "lower_bound": res.lower_bound,
-            "std_error": res.std_error,
-            "bound_reliable": bool(getattr(res, "bound_reliable", True)),
-            "exact": exact_value(family, param, div, alpha, options),
-            "unrestricted": unrestricted(family, param, div, alpha),
-            "seconds": res.seconds,
-            "warnings": " | ".join(res.warnings),
-        }
-
-    cached: list[str] = []
-    with Timer() as timer:
-        store = UnitStore(Path(out_dir) / ".units" / NAME)
-        results = store.run(
-            list(units),
-            compute,
-            on_unit=lambda uid, was_cached: cached.append(uid) if was_cached else None,
-        )
+    units = list(results)
     rows = []
-    for uid, r in zip(units, results, strict=True):
+    for uid, r in results.items():
         r = dict(r)
         for k in ("estimate", "lower_bound", "std_error", "exact", "unrestricted"):
             r[k] = _float(r[k])
@@ -271,11 +327,9 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "checks": checks,
         "quick": quick,
         "units": len(units),
-        "units_cached": len(cached),
-        "unit_store": str(store.folder),
         "samples": samples,
         "config": budget_summary(config),
         "familywise_level": family_confidence(0.95, n_compare),
-        "seconds": timer.seconds,
+        "seconds": seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)

@@ -28,7 +28,7 @@ bound with them is a coverage event: the checks use a Bonferroni lower bound, es
 
 from __future__ import annotations
 
-import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,17 @@ import numpy as np
 
 from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax.experiments._common import (
+    StoredEstimate,
     Timer,
     budget_summary,
     check,
+    config_from_dict,
     estimator_config,
+    estimator_dict,
     pyplot,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "composition"
 
@@ -79,63 +83,135 @@ def _joint_exact(case, divergence: str, degree: int, alpha: float | None) -> flo
     return float(exact.restricted_divergence(pair, divergence, "linear", alpha=alpha).value)
 
 
-def run(out_dir: str | Path, *, quick: bool = False) -> dict:
-    """Runs the composition experiment; writes composition.png / .csv / .json.
+SEED = 2019_0304
+FULL_STEPS = 3000
+RELEASES = ("sequential (both change)", "parallel (block 1 changes)", "parallel (block 2 changes)")
+
+
+def _cases(quick: bool):
+    if quick:
+        return ((("laplace", 1.0), ("laplace", 0.5)),)
+    return ((("laplace", 1.0), ("laplace", 0.5)), (("laplace", 1.0), ("gaussian", 1.0)))
+
+
+def _settings(quick: bool):
+    if quick:
+        return (("kl", None, 1), ("kl", None, 2), ("renyi", 2.0, 1))
+    return tuple(
+        (div, alpha, deg)
+        for div, alpha in (("kl", None), ("renyi", 2.0), ("renyi", 4.0))
+        for deg in (1, 2)
+    )
+
+
+def _samples(quick: bool) -> int:
+    return 20_000 if quick else 200_000
+
+
+def _unit_id(case, div: str, alpha: float | None, degree: int, release: str) -> str:
+    (f1, p1), (f2, p2) = case
+    div_label = "KL" if div == "kl" else f"Renyi(alpha={alpha:g})"
+    cls = "linear" if degree == 1 else f"poly_{degree}"
+    return f"{f1}({p1:g})+{f2}({p2:g})|{cls}|{div_label}|{release}"
+
+
+def _n_compare(quick: bool) -> int:
+    """Simultaneous comparisons of a lower bound with an exact value (three per case and setting)."""
+    return len(_cases(quick)) * len(_settings(quick)) * 3
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per (pair of components, class, divergence, release).
 
     Args:
-      out_dir: Output folder.
+      quick: One pair of components and three settings.
+
+    Returns:
+      The units, in the order the experiment ran them before it was split into units.
+
+    """
+    base = {
+        "quick": quick,
+        "seed": SEED,
+        "samples": _samples(quick),
+        "estimator": estimator_dict(
+            estimator_config(quick, full_steps=FULL_STEPS, family_size=_n_compare(quick))
+        ),
+    }
+    units, counter = [], 0
+    for case in _cases(quick):
+        for div, alpha, degree in _settings(quick):
+            for release in RELEASES:
+                counter += 1
+                config = {**base, "case": [list(c) for c in case], "divergence": div,
+                          "alpha": alpha, "degree": degree, "release": release, "fold": counter}  # fmt: skip
+                uid = _unit_id(case, div, alpha, degree, release)
+                units.append(Unit(id=uid, config=config, kind="linear" if degree == 1 else "poly"))
+    return units
+
+
+def compute(config: dict) -> dict:
+    """One held-out estimate on one joint release (a unit of :func:`plan`)."""
+    from cbdp_jax.estimator import estimate
+    from cbdp_jax.mechanisms import JointRelease, NeighbouringPair, canonical_pair
+
+    (f1, p1), (f2, p2) = config["case"]
+    joint = JointRelease(mechanisms=(_component(f1, p1)[0], _component(f2, p2)[0]))
+    zero = (np.zeros(1), np.zeros(1))
+    pair = {
+        RELEASES[0]: lambda: canonical_pair(joint),
+        RELEASES[1]: lambda: NeighbouringPair(joint, zero, (np.ones(1), np.zeros(1))),
+        RELEASES[2]: lambda: NeighbouringPair(joint, zero, (np.zeros(1), np.ones(1))),
+    }[config["release"]]()
+    degree = config["degree"]
+    res = estimate(
+        jax.random.fold_in(jax.random.key(config["seed"]), config["fold"]),
+        pair,
+        samples=config["samples"],
+        adversary="linear" if degree == 1 else "poly",
+        degree=None if degree == 1 else degree,
+        divergence=config["divergence"],
+        alpha=config["alpha"],
+        config=config_from_dict(config["estimator"]),
+    )
+    return StoredEstimate.from_result(res).to_dict()
+
+
+def run(out_dir: str | Path, *, quick: bool = False) -> dict:
+    """Runs the composition experiment (resumable); writes composition.png / .csv / .json.
+
+    Args:
+      out_dir: Output folder; units are kept under ``out_dir/.units/composition-{quick,full}``.
       quick: One pair of components, KL (linear and poly_2) and Renyi alpha = 2 (linear), small samples.
 
     Returns:
       The summary with its ``checks``.
 
     """
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Checks, figure and outputs from the units' results (``unit id -> stored estimate``)."""
     plt = pyplot()
 
-    from cbdp_jax.estimator import estimate
-    from cbdp_jax.mechanisms import JointRelease, NeighbouringPair, canonical_pair
-
-    config = estimator_config(quick, full_steps=3000)
-    if quick:
-        cases = ((("laplace", 1.0), ("laplace", 0.5)),)
-        settings = (("kl", None, 1), ("kl", None, 2), ("renyi", 2.0, 1))
-        samples = 20_000
-    else:
-        cases = ((("laplace", 1.0), ("laplace", 0.5)), (("laplace", 1.0), ("gaussian", 1.0)))
-        settings = tuple(
-            (div, alpha, deg)
-            for div, alpha in (("kl", None), ("renyi", 2.0), ("renyi", 4.0))
-            for deg in (1, 2)
-        )
-        samples = 200_000
+    config = estimator_config(quick, full_steps=FULL_STEPS)
+    cases, settings, samples = _cases(quick), _settings(quick), _samples(quick)
     z = z_quantile(config.confidence)
     # Several bounds are attained (sequential KL is additive; a parallel pair equals one component), so
     # each comparison is a coverage event: use a Bonferroni lower bound over all of them (5% family-wise).
-    n_compare = len(cases) * len(settings) * 3
-    # Each estimate's bound is one of n_compare simultaneous bounds (Bonferroni, by the estimator).
-    config = dataclasses.replace(config, family_size=n_compare)
-    key = jax.random.key(2019_0304)
+    # Each estimate's bound is one of n_compare simultaneous bounds (Bonferroni, taken by the estimator
+    # on the f-scale, see plan).
+    n_compare = _n_compare(quick)
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     plot: list[dict[str, Any]] = []
-    counter = 0
 
     with Timer() as timer:
         for case in cases:
             (f1, p1), (f2, p2) = case
             m1, pair1 = _component(f1, p1)
             m2, pair2 = _component(f2, p2)
-            joint = JointRelease(mechanisms=(m1, m2))
-            zero = (np.zeros(1), np.zeros(1))
-            pairs = {
-                "sequential (both change)": canonical_pair(joint),
-                "parallel (block 1 changes)": NeighbouringPair(
-                    joint, zero, (np.ones(1), np.zeros(1))
-                ),
-                "parallel (block 2 changes)": NeighbouringPair(
-                    joint, zero, (np.zeros(1), np.ones(1))
-                ),
-            }
             case_label = f"{m1.label} + {m2.label}"
             for div, alpha, degree in settings:
                 cls = "linear" if degree == 1 else f"poly_{degree}"
@@ -145,17 +221,9 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
                 div_label = "KL" if div == "kl" else f"Renyi(alpha={alpha:g})"
                 entry = {"case": case_label, "class": cls, "divergence": div_label,
                          "eps1": eps1, "eps2": eps2, "joint_exact": joint_ex, "results": {}}  # fmt: skip
-                for kind, pair in pairs.items():
-                    counter += 1
-                    res = estimate(
-                        jax.random.fold_in(key, counter),
-                        pair,
-                        samples=samples,
-                        adversary="linear" if degree == 1 else "poly",
-                        degree=None if degree == 1 else degree,
-                        divergence=div,
-                        alpha=alpha,
-                        config=config,
+                for kind in RELEASES:
+                    res = StoredEstimate.from_dict(
+                        results[_unit_id(case, div, alpha, degree, kind)]
                     )
                     entry["results"][kind] = res
                     sequential = kind.startswith("sequential")
@@ -211,7 +279,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
 
     # ---------------- figure ----------------
     fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(plot)), 4.2))
-    kinds = list(pairs)
+    kinds = list(RELEASES)
     width = 0.25
     for j, kind in enumerate(kinds):
         xs = np.arange(len(plot)) + (j - 1) * width
@@ -246,7 +314,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "quick": quick,
         "samples": samples,
         "config": budget_summary(config),
-        "seconds": timer.seconds,
+        "seconds": seconds + timer.seconds,
         "note": "additive network classes are not expressible with AdversarySpec; linear and "
         "per-coordinate polynomial classes are additive",
     }

@@ -26,8 +26,8 @@ values it is compared with, so each comparison is a coverage event.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,18 @@ import numpy as np
 
 from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax.experiments._common import (
+    StoredEstimate,
     Timer,
     budget_summary,
     check,
+    config_from_dict,
     estimator_config,
+    estimator_dict,
     pyplot,
     result_row,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "convexity"
 EPS_A = 2.0  # Laplace component (KL part)
@@ -158,54 +162,144 @@ def mixture_lin_renyi(weight, eps, sigma, alpha) -> float:
     return math.log1p(alpha * (alpha - 1) * val) / (alpha - 1)
 
 
-def run(out_dir: str | Path, *, quick: bool = False) -> dict:
-    """Runs the convexity experiment; writes convexity.png / .csv / .json.
+SEED = 2019_02
+FULL_STEPS = 3000
+NET_WIDTH, NET_DEPTH = 32, 2
+
+
+def _lambdas(quick: bool) -> tuple[float, ...]:
+    if quick:
+        return (0.0, 0.25, 0.5, 0.75, 1.0)
+    return tuple(float(v) for v in np.round(np.linspace(0.0, 1.0, 11), 2))
+
+
+def _samples(quick: bool) -> int:
+    return 20_000 if quick else 200_000
+
+
+def _unit_id(cls: str, lam: float) -> str:
+    return f"KL|{cls}|lambda={lam:g}"
+
+
+RENYI_UNIT = f"Renyi(alpha={RENYI_ALPHA:g})|network|lambda={RENYI_WEIGHT:g}"
+
+
+def _n_compare(quick: bool) -> int:
+    """Simultaneous comparisons of a lower bound with an exact value (each estimate's family)."""
+    return 2 * len(_lambdas(quick)) + 2
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per estimate: linear class at each inner lambda, network at each lambda, the Renyi case.
 
     Args:
-      out_dir: Output folder.
+      quick: The quick grid (5 lambdas, small samples, few steps).
+
+    Returns:
+      The units, in the order the experiment ran them before it was split into units.
+
+    """
+    budget = estimator_dict(
+        estimator_config(quick, full_steps=FULL_STEPS, family_size=_n_compare(quick))
+    )
+    samples = _samples(quick)
+    base = {"quick": quick, "estimator": budget, "seed": SEED, "net": [NET_WIDTH, NET_DEPTH]}
+    units = []
+    for i, lam in enumerate(_lambdas(quick)):
+        common = {**base, "divergence": "kl", "alpha": None, "weight": lam, "samples": samples}
+        if 0.0 < lam < 1.0:
+            config = {**common, "class": "linear", "fold": 100 + i}
+            units.append(Unit(id=_unit_id("linear", lam), config=config, kind="linear"))
+        config = {**common, "class": "network", "fold": 200 + i}
+        units.append(Unit(id=_unit_id("network", lam), config=config, kind="network"))
+    config = {
+        **base,
+        "divergence": "renyi",
+        "alpha": RENYI_ALPHA,
+        "weight": RENYI_WEIGHT,
+        # the one claim that needs a violation beyond the margin
+        "samples": max(samples, 40_000),
+        "class": "network",
+        "fold": 300,
+    }
+    units.append(Unit(id=RENYI_UNIT, config=config, kind="renyi_network"))
+    return units
+
+
+def _mechanism(divergence: str, weight: float):
+    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, Mixture
+
+    if divergence == "kl":
+        first, second = LaplaceMechanism(epsilon=EPS_A), GaussianMechanism(sigma=SIGMA_B)
+    else:
+        first, second = LaplaceMechanism(epsilon=RENYI_EPS), GaussianMechanism(sigma=RENYI_SIGMA)
+    if weight == 1.0:
+        return first
+    if weight == 0.0:
+        return second
+    return Mixture(first=first, second=second, weight=float(weight))
+
+
+def compute(config: dict) -> dict:
+    """One estimate of the mixture's restricted divergence (a unit of :func:`plan`)."""
+    from cbdp_jax.adversaries import make_adversary
+    from cbdp_jax.estimator import estimate
+
+    if config["class"] == "linear":
+        adversary = "linear"
+    else:
+        adversary = make_adversary("mlp", width=config["net"][0], depth=config["net"][1])
+    res = estimate(
+        jax.random.fold_in(jax.random.key(config["seed"]), config["fold"]),
+        _mechanism(config["divergence"], config["weight"]),
+        samples=config["samples"],
+        adversary=adversary,
+        divergence=config["divergence"],
+        alpha=config["alpha"],
+        config=config_from_dict(config["estimator"]),
+    )
+    return StoredEstimate.from_result(res).to_dict()
+
+
+def run(out_dir: str | Path, *, quick: bool = False) -> dict:
+    """Runs the convexity experiment (resumable per unit); writes convexity.png / .csv / .json.
+
+    Args:
+      out_dir: Output folder; finished units are kept under ``out_dir/.units/convexity-{quick,full}``.
       quick: A 5-point lambda grid, small samples and few steps (about a minute on 2 CPU cores).
 
     Returns:
       The summary with its ``checks``.
 
     """
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Checks, figure and outputs from the units' results (``unit id -> stored estimate``)."""
     plt = pyplot()
 
     from cbdp_jax import analytic
     from cbdp_jax.adversaries import make_adversary
-    from cbdp_jax.estimator import estimate
-    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, Mixture
 
-    config = estimator_config(quick, full_steps=3000)
-    if quick:
-        lambdas = (0.0, 0.25, 0.5, 0.75, 1.0)
-        samples = 20_000
-    else:
-        lambdas = tuple(np.round(np.linspace(0.0, 1.0, 11), 2))
-        samples = 200_000
+    config = estimator_config(quick, full_steps=FULL_STEPS)
+    lambdas = _lambdas(quick)
+    samples = _samples(quick)
     z = z_quantile(config.confidence)
     # Lower bounds are compared with exact values that the network class nearly attains, so each
-    # comparison is a coverage event: checks use a Bonferroni lower bound, 5% family-wise.
-    n_compare = 2 * len(lambdas) + 2
-    # Every estimate's lower bound is one of n_compare simultaneous bounds (Bonferroni, taken by the
-    # estimator on the f-scale and then mapped): a refused bound is the trivial 0.
-    config = dataclasses.replace(config, family_size=n_compare)
+    # comparison is a coverage event: checks use a Bonferroni lower bound, 5% family-wise. Every
+    # estimate's lower bound is one of _n_compare(quick) simultaneous bounds (Bonferroni, taken by the
+    # estimator on the f-scale and then mapped, see plan): a refused bound is the trivial 0.
 
     def lb_fw(res) -> float:
         return res.lower_bound
 
-    net = make_adversary("mlp", width=32, depth=2)
-    key = jax.random.key(2019_02)
+    def stored(uid: str) -> StoredEstimate:
+        return StoredEstimate.from_dict(results[uid])
+
+    net = make_adversary("mlp", width=NET_WIDTH, depth=NET_DEPTH)
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
-    comp_a, comp_b = LaplaceMechanism(epsilon=EPS_A), GaussianMechanism(sigma=SIGMA_B)
-
-    def mixture(lam: float, first=comp_a, second=comp_b):
-        if lam == 1.0:
-            return first
-        if lam == 0.0:
-            return second
-        return Mixture(first=first, second=second, weight=float(lam))
 
     with Timer() as timer:
         ex_a = analytic.laplace_lin_kl(EPS_A)
@@ -227,20 +321,12 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
 
         lin_res: dict[float, Any] = {}
         net_res: dict[float, Any] = {}
-        for i, lam in enumerate(lambdas):
-            mech = mixture(lam)
+        for lam in lambdas:
             exact_mix = mixture_lin_kl(float(lam), EPS_A, SIGMA_B)
             kl_mix = mixture_unrestricted(float(lam), EPS_A, SIGMA_B, "kl")
             comb = lam * ex_a + (1 - lam) * ex_b
             if 0.0 < lam < 1.0:
-                res = estimate(
-                    jax.random.fold_in(key, 100 + i),
-                    mech,
-                    samples=samples,
-                    adversary="linear",
-                    divergence="kl",
-                    config=config,
-                )
+                res = stored(_unit_id("linear", lam))
                 lin_res[lam] = res
                 rows.append(
                     result_row(
@@ -262,14 +348,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
                         f"{comb:.4f}",
                     )
                 )
-            res = estimate(
-                jax.random.fold_in(key, 200 + i),
-                mech,
-                samples=samples,
-                adversary=net,
-                divergence="kl",
-                config=config,
-            )
+            res = stored(_unit_id("network", lam))
             net_res[lam] = res
             rows.append(
                 result_row(
@@ -318,20 +397,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         lin_b = mixture_lin_renyi(0.0, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
         lin_mix = mixture_lin_renyi(lam, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
         lin_comb = lam * lin_a + (1 - lam) * lin_b
-        mech = Mixture(
-            first=LaplaceMechanism(epsilon=RENYI_EPS),
-            second=GaussianMechanism(sigma=RENYI_SIGMA),
-            weight=lam,
-        )
-        res_r = estimate(
-            jax.random.fold_in(key, 300),
-            mech,
-            samples=max(samples, 40_000),  # the one claim that needs a violation beyond the margin
-            adversary=net,
-            divergence="renyi",
-            alpha=RENYI_ALPHA,
-            config=config,
-        )
+        res_r = stored(RENYI_UNIT)
         rows.append(
             result_row(
                 res_r,
@@ -397,6 +463,6 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "lambdas": list(lambdas),
         "samples": samples,
         "config": budget_summary(config),
-        "seconds": timer.seconds,
+        "seconds": seconds + timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)

@@ -10,52 +10,109 @@ least 90% over at least 50 runs.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from cbdp_jax.experiments._common import (
+    StoredEstimate,
     Timer,
     check,
+    estimator_dict,
     pyplot,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 CASES = (("laplace", "kl", None), ("laplace", "renyi", 4.0), ("gaussian", "renyi", 4.0))
 
 
+NAME = "coverage"
+STEPS, EVAL_EVERY, ENSEMBLE, BATCH = 300, 50, 2, 1024
+
+
+def _sizes(quick: bool) -> tuple[int, int, tuple]:
+    """Runs per case, samples per side, cases."""
+    if quick:
+        return 20, 10_000, CASES[:1]
+    return 60, 20_000, CASES
+
+
+def _config():
+    from cbdp_jax.estimator import EstimatorConfig
+
+    return EstimatorConfig(steps=STEPS, eval_every=EVAL_EVERY, ensemble=ENSEMBLE, batch_size=BATCH)
+
+
+def _unit_id(case: tuple, run: int) -> str:
+    mech, div, alpha = case
+    return f"{mech}|{div if alpha is None else f'{div}(alpha={alpha:g})'}|run {run}"
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per estimator run: ``runs`` independent keys for each case.
+
+    Args:
+      quick: 20 runs of the first case, 10 000 samples per side.
+
+    Returns:
+      The units.
+
+    """
+    runs, samples, cases = _sizes(quick)
+    budget = estimator_dict(_config())
+    units = []
+    for c, case in enumerate(cases):
+        for i in range(runs):
+            config = {"case": list(case), "case_index": c, "run": i, "runs": runs,
+                      "samples": samples, "estimator": budget}  # fmt: skip
+            units.append(Unit(id=_unit_id(case, i), config=config, kind="run"))
+    return units
+
+
+def compute(config: dict) -> dict:
+    """One estimator run (linear class) with its own key (a unit of :func:`plan`)."""
+    from cbdp_jax.estimator import estimate
+    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism
+
+    mech, div, alpha = config["case"]
+    m = LaplaceMechanism(epsilon=1.0) if mech == "laplace" else GaussianMechanism(sigma=1.0)
+    keys = jax.random.split(jax.random.key(1234 + config["case_index"]), config["runs"])
+    res = estimate(
+        keys[config["run"]],
+        m,
+        samples=config["samples"],
+        adversary="linear",
+        divergence=div,
+        alpha=alpha,
+        config=_config(),
+    )
+    return StoredEstimate.from_result(res).to_dict()
+
+
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
-    """Runs the coverage study; returns the summary with its checks."""
+    """Runs the coverage study (resumable per run); returns the summary with its checks."""
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Coverage per case from the units' results, the checks and the figure."""
     plt = pyplot()
 
     from cbdp_jax import exact
-    from cbdp_jax.estimator import EstimatorConfig, estimate
-    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism
 
-    runs = 20 if quick else 60
-    samples = 10_000 if quick else 20_000
-    cases = CASES[:1] if quick else CASES
-    config = EstimatorConfig(steps=300, eval_every=50, ensemble=2, batch_size=1024)
+    runs, samples, cases = _sizes(quick)
     rows, checks = [], []
     fig, axes = plt.subplots(1, len(cases), figsize=(5 * len(cases), 3.6), squeeze=False)
     with Timer() as timer:
         for c, (mech, div, alpha) in enumerate(cases):
             pair = exact.laplace_pair(1.0) if mech == "laplace" else exact.gaussian_pair(1.0)
             truth = float(exact.restricted_divergence(pair, div, "linear", alpha=alpha).value)
-            m = LaplaceMechanism(epsilon=1.0) if mech == "laplace" else GaussianMechanism(sigma=1.0)
-            keys = jax.random.split(jax.random.key(1234 + c), runs)
             ests, lbs = [], []
             for i in range(runs):
-                res = estimate(
-                    keys[i],
-                    m,
-                    samples=samples,
-                    adversary="linear",
-                    divergence=div,
-                    alpha=alpha,
-                    config=config,
-                )
+                res = StoredEstimate.from_dict(results[_unit_id((mech, div, alpha), i)])
                 ests.append(res.estimate)
                 lbs.append(res.lower_bound)
                 rows.append(
@@ -91,5 +148,10 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             ax.set_title(f"{label}: coverage {rate:.0%}")
             ax.set_xlabel("run (sorted by bound)")
             ax.legend(fontsize=7)
-    summary = {"checks": checks, "runs": runs, "samples": samples, "seconds": timer.seconds}
+    summary = {
+        "checks": checks,
+        "runs": runs,
+        "samples": samples,
+        "seconds": seconds + timer.seconds,
+    }
     return save_outputs(out_dir, "coverage", rows=rows, summary=summary, figure=fig)

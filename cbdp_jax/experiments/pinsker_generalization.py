@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +41,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src.statistics import berry_esseen
-from cbdp_jax._src.statistics.bounds import (
-    family_confidence,
-    finite_sample_lower_bound,
-    z_quantile,
-)
+from cbdp_jax._src.statistics.bounds import finite_sample_lower_bound, z_quantile
 from cbdp_jax.experiments._common import (
+    StoredEstimate,
     Timer,
     budget_summary,
     check,
+    config_from_dict,
     estimator_config,
+    estimator_dict,
     pyplot,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "pinsker_generalization"
 WIDTH, DEPTH = 32, 2
@@ -98,13 +99,15 @@ def ipm_estimate(
     batch: int,
     learning_rate: float = 3e-3,
     confidence: float = 0.95,
+    family_size: int = 1,
 ) -> dict[str, float]:
     """Held-out IPM estimate for the class tanh(ReLU network) on samples ``p``, ``q`` ``[n, d]``.
 
     The first half of each sample trains h = tanh(g) to maximise mean h(P) - mean h(Q); the second half
     evaluates that fixed h: estimate = mean h(P_test) - mean h(Q_test), its standard error
-    sqrt(Var_P h / n + Var_Q h / m), and a one-sided ``confidence`` lower bound. The paired differences
-    h(X_i) - h(Y_i) lie in [-2, 2], so the bound is finite-sample (:func:`ipm_lower_bound`).
+    sqrt(Var_P h / n + Var_Q h / m), and a one-sided ``confidence`` lower bound, one of
+    ``family_size`` simultaneous bounds. The paired differences h(X_i) - h(Y_i) lie in [-2, 2], so the
+    bound is finite-sample (:func:`ipm_lower_bound`).
     """
     from flax import nnx
 
@@ -135,26 +138,23 @@ def ipm_estimate(
     est = float(hp.mean() - hq.mean())
     se = math.sqrt(hp.var(ddof=1) / hp.size + hq.var(ddof=1) / hq.size)
     k = min(hp.size, hq.size)
-    paired = hp[:k] - hq[:k]
-    out = {
+    return {
         "estimate": est,
         "std_error": se,
+        "lower_bound": ipm_lower_bound(hp[:k] - hq[:k], confidence, family_size),
+        "family_size": family_size,
         "train_value": float(np.mean(np.asarray(trace)[-max(steps // 10, 1) :])),
-        "paired": paired,
     }
-    out["lower_bound"] = ipm_lower_bound(out, confidence)
-    return out
 
 
-def ipm_lower_bound(ipm: dict[str, Any], confidence: float, family_size: int = 1) -> float:
-    """The finite-sample lower bound on IPM^H >= E[h(X) - h(Y)] from the paired held-out differences.
+def ipm_lower_bound(paired: np.ndarray, confidence: float, family_size: int = 1) -> float:
+    """The finite-sample lower bound on IPM^H >= E[h(X) - h(Y)] from paired held-out differences.
 
-    The method depends only on the sample size (Berry-Esseen from 1e5 pairs, betting below), never on
-    the data, so the bound keeps its level; -inf when infeasible.
+    The differences lie in [-2, 2]. The method depends only on the sample size (Berry-Esseen from 1e5
+    pairs, betting below), never on the data, so the bound keeps its level; -inf when infeasible.
     """
-    z = ipm["paired"]
-    method = "berry-esseen" if z.size >= 100_000 else "betting"
-    moments, pairs = berry_esseen.moments_of_sample(z)
+    method = "berry-esseen" if paired.size >= 100_000 else "betting"
+    moments, pairs = berry_esseen.moments_of_sample(paired)
     bound = finite_sample_lower_bound(
         lo=-2.0,
         hi=2.0,
@@ -162,7 +162,7 @@ def ipm_lower_bound(ipm: dict[str, Any], confidence: float, family_size: int = 1
         method=method,
         z=moments,
         pairs=pairs,
-        samples=z,
+        samples=paired,
         family_size=family_size,
     )
     return bound.value
@@ -198,80 +198,157 @@ def query_kl(noise: str, scale: float) -> float:
     return analytic.gaussian_kl(scale, v)
 
 
+SEED = 2019_0607
+FULL_STEPS = 3000
+
+
+def _settings(quick: bool) -> tuple[tuple[str, float], ...]:
+    if quick:
+        return (("laplace", 0.5), ("laplace", 2.0), ("gaussian", 1.0))
+    return tuple(("laplace", e) for e in (0.25, 0.5, 1.0, 2.0, 4.0)) + tuple(
+        ("gaussian", s) for s in (0.5, 1.0, 2.0, 4.0)
+    )
+
+
+def _sizes(quick: bool) -> dict[str, int]:
+    """Samples per side, IPM training steps, simulated datasets per noise level."""
+    if quick:
+        return {"samples": 20_000, "ipm_steps": 400, "datasets": 20_000}
+    return {"samples": 200_000, "ipm_steps": 3000, "datasets": 400_000}
+
+
+def _setting_label(family: str, param: float) -> str:
+    return f"Laplace eps={param:g}" if family == "laplace" else f"Gaussian sigma={param:g}"
+
+
+def _noise_scales(quick: bool) -> tuple[float, ...]:
+    return tuple(float(b) for b in np.geomspace(0.003, 1.0, 6 if quick else 11))
+
+
+def _n_compare(quick: bool) -> int:
+    """Simultaneous comparisons: two per mechanism setting, two per noise scale of Part 2."""
+    return 2 * len(_settings(quick)) + 2 * len(_noise_scales(quick))
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per mechanism setting of Part 1 (an IPM estimate and a KL^H estimate).
+
+    Part 2 (the adaptive-query simulation, a few seconds) runs in :func:`finish`.
+
+    Args:
+      quick: Three mechanism pairs, small samples.
+
+    Returns:
+      The units.
+
+    """
+    # The IPM lower bounds are family-wise over the comparisons of finish (Bonferroni).
+    budget = estimator_dict(
+        estimator_config(quick, full_steps=FULL_STEPS, family_size=_n_compare(quick))
+    )
+    sizes = _sizes(quick)
+    units = []
+    for i, (family, param) in enumerate(_settings(quick)):
+        config = {
+            "quick": quick,
+            "family": family,
+            "param": param,
+            "index": i,
+            "samples": sizes["samples"],
+            "ipm_steps": sizes["ipm_steps"],
+            "seed": SEED,
+            "class": [WIDTH, DEPTH, 1.0],
+            "estimator": budget,
+        }
+        units.append(Unit(id=_setting_label(family, param), config=config, kind="setting"))
+    return units
+
+
+def compute(config: dict) -> dict[str, Any]:
+    """IPM^H and KL^H of one mechanism pair (a unit of :func:`plan`)."""
+    from cbdp_jax.adversaries import make_adversary
+    from cbdp_jax.estimator import estimate
+    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, canonical_pair
+
+    est_config = config_from_dict(config["estimator"])
+    key, i, samples = jax.random.key(config["seed"]), config["index"], config["samples"]
+    if config["family"] == "laplace":
+        mech = LaplaceMechanism(epsilon=config["param"])
+    else:
+        mech = GaussianMechanism(sigma=config["param"])
+    p, q = canonical_pair(mech).sample(
+        jax.random.fold_in(key, 1000 + i), 2 * samples, dtype=jnp.float32
+    )
+    ipm = ipm_estimate(
+        jax.random.fold_in(key, 2000 + i),
+        p,
+        q,
+        steps=config["ipm_steps"],
+        batch=est_config.batch_size,
+        confidence=est_config.confidence,
+        family_size=est_config.family_size,
+    )
+    res = estimate(
+        jax.random.fold_in(key, 3000 + i),
+        mech,
+        samples=samples,
+        adversary=make_adversary("mlp", width=WIDTH, depth=DEPTH, bound=1.0),
+        divergence="kl",
+        config=est_config,
+    )
+    return {"ipm": ipm, "kl_h": StoredEstimate.from_result(res).to_dict()}
+
+
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
-    """Runs the Pinsker-like inequality and generalization experiments.
+    """Runs the Pinsker-like inequality and generalization experiments (resumable).
 
     Writes pinsker_generalization.png / .csv / .json.
 
     Args:
-      out_dir: Output folder.
+      out_dir: Output folder; units are kept under ``out_dir/.units/pinsker_generalization-*``.
       quick: Three mechanism pairs, small samples, 20 000 simulated datasets per noise level.
 
     Returns:
       The summary with its ``checks``.
 
     """
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Checks, figure and outputs from the units' results, and Part 2 (simulated, a few seconds)."""
     plt = pyplot()
 
     from cbdp_jax import analytic
     from cbdp_jax.adversaries import make_adversary
-    from cbdp_jax.estimator import estimate
-    from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, canonical_pair
 
-    config = estimator_config(quick, full_steps=3000)
-    if quick:
-        settings = (("laplace", 0.5), ("laplace", 2.0), ("gaussian", 1.0))
-        samples = 20_000
-        ipm_steps, datasets = 400, 20_000
-    else:
-        settings = tuple(("laplace", e) for e in (0.25, 0.5, 1.0, 2.0, 4.0)) + tuple(
-            ("gaussian", s) for s in (0.5, 1.0, 2.0, 4.0)
-        )
-        samples = 200_000
-        ipm_steps, datasets = 3000, 400_000
-    noise_scales = tuple(float(b) for b in np.geomspace(0.003, 1.0, 6 if quick else 11))
+    config = estimator_config(quick, full_steps=FULL_STEPS)
+    settings = _settings(quick)
+    sizes = _sizes(quick)
+    samples, datasets = sizes["samples"], sizes["datasets"]
+    noise_scales = _noise_scales(quick)
     z = z_quantile(config.confidence)
-    n_compare = 2 * len(settings) + 2 * len(noise_scales)
-    z_fw = z_quantile(family_confidence(0.95, n_compare))
+    n_compare = _n_compare(quick)
+    z_fw = z_quantile(1.0 - 0.05 / n_compare)
     spec = make_adversary("mlp", width=WIDTH, depth=DEPTH, bound=1.0)
-    key = jax.random.key(2019_0607)
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     pinsker: list[dict[str, Any]] = []
 
     with Timer() as timer:
         # ---------------- Part 1: IPM^H vs 8 sqrt(KL^H) ----------------
-        for i, (family, param) in enumerate(settings):
+        for family, param in settings:
             if family == "laplace":
-                mech = LaplaceMechanism(epsilon=param)
                 kl, tv = analytic.laplace_kl(param), analytic.laplace_tv(param)
-                label = f"Laplace eps={param:g}"
             else:
-                mech = GaussianMechanism(sigma=param)
                 kl, tv = analytic.gaussian_kl(param), analytic.gaussian_tv(param)
-                label = f"Gaussian sigma={param:g}"
-            p, q = canonical_pair(mech).sample(jax.random.fold_in(key, 1000 + i), 2 * samples,
-                                               dtype=jnp.float32)  # fmt: skip
-            ipm = ipm_estimate(
-                jax.random.fold_in(key, 2000 + i),
-                p,
-                q,
-                steps=ipm_steps,
-                batch=config.batch_size,
-                confidence=config.confidence,
-            )
-            res = estimate(
-                jax.random.fold_in(key, 3000 + i),
-                mech,
-                samples=samples,
-                adversary=spec,
-                divergence="kl",
-                config=config,
-            )
+            label = _setting_label(family, param)
+            ipm = results[label]["ipm"]
+            res = StoredEstimate.from_dict(results[label]["kl_h"])
             # KL^H <= KL always; a held-out estimate is biased LOW for KL^H, so estimate + z SE is
             # no upper bound on it. A violation of Thm 7 must beat the unrestricted KL.
             kl_upper = kl
-            ipm_lb = ipm_lower_bound(ipm, 0.95, family_size=n_compare)
+            ipm_lb = ipm["lower_bound"]  # finite-sample, family-wise (see plan)
             bound_est = analytic.pinsker_ipm_bound(max(res.estimate, 0.0))
             bound_upper = analytic.pinsker_ipm_bound(kl_upper)
             classical = analytic.classical_pinsker_ipm_bound(kl)
@@ -404,6 +481,6 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         # The constant 8 cannot be replaced by Pinsker's sqrt(2) for restricted KL: report the largest
         # observed ratio of the two estimates.
         "max_ipm_over_sqrt_kl_h": max(r["ipm_over_sqrt_kl_h"] for r in pinsker),
-        "seconds": timer.seconds,
+        "seconds": seconds + timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)

@@ -21,8 +21,8 @@ Checks compare estimates with exact values through a Bonferroni lower bound, est
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +32,19 @@ import numpy as np
 
 from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax.experiments._common import (
+    StoredEstimate,
     Timer,
     budget_summary,
     check,
+    config_from_dict,
     estimator_config,
+    estimator_dict,
+    paper_claim,
     pyplot,
     result_row,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "post_processing"
 EPSILON = 1.0
@@ -58,69 +63,141 @@ def _clip01(y: jax.Array) -> jax.Array:
     return jnp.clip(y, 0.0, 1.0)
 
 
-def run(out_dir: str | Path, *, quick: bool = False) -> dict:
-    """Runs the post-processing experiment; writes post_processing.png / .csv / .json.
+SEED = 20190501
+FULL_STEPS = 3000
+
+
+def _samples(quick: bool) -> int:
+    return 20_000 if quick else 200_000
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per estimate: source and matrix mechanism at each alpha, then M and clip(M) for KL.
 
     Args:
-      out_dir: Output folder.
+      quick: Small sample sizes and few training steps.
+
+    Returns:
+      The units.
+
+    """
+    base = {
+        "quick": quick,
+        "seed": SEED,
+        "samples": _samples(quick),
+        "estimator": estimator_dict(
+            estimator_config(quick, full_steps=FULL_STEPS, family_size=N_COMPARE)
+        ),
+    }
+    units = []
+    for i, alpha in enumerate(ALPHAS):
+        for release, fold in (("source", 10 + i), ("matrix", 20 + i)):
+            config = {
+                **base,
+                "release": release,
+                "divergence": "renyi",
+                "alpha": alpha,
+                "fold": fold,
+            }
+            units.append(Unit(id=f"{release}|Renyi(alpha={alpha:g})", config=config, kind="linear"))
+    for release, fold in (("laplace", 30), ("clip", 31)):
+        config = {**base, "release": release, "divergence": "kl", "alpha": None, "fold": fold}
+        units.append(Unit(id=f"{release}|KL", config=config, kind="linear"))
+    return units
+
+
+def _matrix():
+    from cbdp_jax.mechanisms import MatrixMechanism
+
+    return MatrixMechanism(workload=WORKLOAD, strategy=STRATEGY, epsilon=EPSILON)
+
+
+def _source_shift(matrix) -> tuple[float, ...]:
+    """A e_0: the change of A x when a record is added."""
+    return tuple(float(v) for v in matrix.strategy_matrix[:, 0])
+
+
+def _release(name: str):
+    from cbdp_jax.mechanisms import LaplaceMechanism, PostProcessed
+
+    matrix = _matrix()
+    if name == "matrix":
+        return matrix
+    if name == "source":
+        # The s-dim Laplace release y = A x + ||A||_1 Lap_s(0, 1/eps): noise scale ||A||_1 / eps.
+        return LaplaceMechanism(
+            epsilon=EPSILON / matrix.strategy_norm, sensitivity=_source_shift(matrix)
+        )
+    lap = LaplaceMechanism(epsilon=1.0)
+    if name == "laplace":
+        return lap
+    return PostProcessed(mechanism=lap, fn=_clip01, out_dim=1, name="clip01")
+
+
+def compute(config: dict) -> dict:
+    """One held-out estimate (linear class) for one release (a unit of :func:`plan`)."""
+    from cbdp_jax.estimator import estimate
+
+    res = estimate(
+        jax.random.fold_in(jax.random.key(config["seed"]), config["fold"]),
+        _release(config["release"]),
+        samples=config["samples"],
+        adversary="linear",
+        divergence=config["divergence"],
+        alpha=config["alpha"],
+        config=config_from_dict(config["estimator"]),
+    )
+    return StoredEstimate.from_result(res).to_dict()
+
+
+def run(out_dir: str | Path, *, quick: bool = False) -> dict:
+    """Runs the post-processing experiment (resumable); writes post_processing.png / .csv / .json.
+
+    Args:
+      out_dir: Output folder; units are kept under ``out_dir/.units/post_processing-{quick,full}``.
       quick: Small sample sizes and few training steps (about a minute on 2 CPU cores).
 
     Returns:
       The summary with its ``checks``.
 
     """
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Checks, figure and outputs from the units' results (``unit id -> stored estimate``)."""
     plt = pyplot()
 
     from cbdp_jax import analytic, exact
-    from cbdp_jax.estimator import estimate
-    from cbdp_jax.mechanisms import LaplaceMechanism, MatrixMechanism, PostProcessed
 
-    config = estimator_config(quick, full_steps=3000)
-    samples = 20_000 if quick else 200_000
+    config = estimator_config(quick, full_steps=FULL_STEPS)
+    samples = _samples(quick)
     z = z_quantile(config.confidence)
     # Some compared quantities are equal in truth ((lin, KL) of clip(M) = KL(M)), so a comparison of a
     # lower bound with them is a coverage event: checks use a Bonferroni lower bound, 5% family-wise over
     # the N_COMPARE comparisons of estimates with exact values below.
     # Each estimate's bound is one of N_COMPARE simultaneous bounds (Bonferroni, taken by the estimator
     # on the f-scale and then mapped); a refused bound is the trivial 0.
-    config = dataclasses.replace(config, family_size=N_COMPARE)
 
     def lb_fw(res) -> float:
         return res.lower_bound
 
-    key = jax.random.key(20190501)
+    def stored(uid: str) -> StoredEstimate:
+        return StoredEstimate.from_dict(results[uid])
+
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
 
     with Timer() as timer:
         # ---------------- linear post-processing: the matrix mechanism ----------------
-        matrix = MatrixMechanism(workload=WORKLOAD, strategy=STRATEGY, epsilon=EPSILON)
-        a = matrix.strategy_matrix
+        matrix = _matrix()
         norm = matrix.strategy_norm
-        shift = tuple(float(v) for v in a[:, 0])  # A e_0: the change of A x when a record is added
-        # The s-dim Laplace release y = A x + ||A||_1 Lap_s(0, 1/eps): noise scale ||A||_1 / eps.
-        source = LaplaceMechanism(epsilon=EPSILON / norm, sensitivity=shift)
+        shift = _source_shift(matrix)
         s = matrix.noise_dim
         lin: dict[float, dict[str, Any]] = {}
-        for i, alpha in enumerate(ALPHAS):
-            res_src = estimate(
-                jax.random.fold_in(key, 10 + i),
-                source,
-                samples=samples,
-                adversary="linear",
-                divergence="renyi",
-                alpha=alpha,
-                config=config,
-            )
-            res_post = estimate(
-                jax.random.fold_in(key, 20 + i),
-                matrix,
-                samples=samples,
-                adversary="linear",
-                divergence="renyi",
-                alpha=alpha,
-                config=config,
-            )
+        for alpha in ALPHAS:
+            res_src = stored(f"source|Renyi(alpha={alpha:g})")
+            res_post = stored(f"matrix|Renyi(alpha={alpha:g})")
             ex_src = exact.restricted_divergence(
                 exact.laplace_pair(EPSILON / norm, shift), "renyi", "linear", alpha=alpha
             )
@@ -182,7 +259,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
                 )
             )
             checks.append(
-                check(
+                paper_claim(
                     f"Thm 5, alpha={alpha:g}: the paper's printed bound also holds at this setting",
                     max(ex_src.value, lb_fw(res_post)) <= bound_paper,
                     f"exact source {ex_src.value:.4f}, post lower bound {lb_fw(res_post):.4f} "
@@ -191,24 +268,8 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             )
 
         # ---------------- non-linear post-processing: clip(M, 0, 1) ----------------
-        lap = LaplaceMechanism(epsilon=1.0)
-        clipped = PostProcessed(mechanism=lap, fn=_clip01, out_dim=1, name="clip01")
-        res_m = estimate(
-            jax.random.fold_in(key, 30),
-            lap,
-            samples=samples,
-            adversary="linear",
-            divergence="kl",
-            config=config,
-        )
-        res_g = estimate(
-            jax.random.fold_in(key, 31),
-            clipped,
-            samples=samples,
-            adversary="linear",
-            divergence="kl",
-            config=config,
-        )
+        res_m = stored("laplace|KL")
+        res_g = stored("clip|KL")
         lin_kl_m = analytic.laplace_lin_kl(1.0)
         kl_m = analytic.laplace_kl(1.0)
         common = {
@@ -282,6 +343,6 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         "quick": quick,
         "samples": samples,
         "config": budget_summary(config),
-        "seconds": timer.seconds,
+        "seconds": seconds + timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)

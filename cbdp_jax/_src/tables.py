@@ -1,0 +1,83 @@
+"""One result as a table that fits the terminal, with every number shown in full.
+
+A result is one record of named fields. It is drawn as one row under a header when that fits the
+terminal's width, otherwise as a vertical key/value table (one field per line), which fits 80 columns.
+Numbers are never cut: a float is written as Python's shortest round-trip form, the same digits as the
+``--format json`` output, and a value too long for the terminal is replaced by a note saying how long it
+is and to use ``--format json``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+# Box characters per column (rich's default box: "| " before, " " after) and the closing border.
+_COLUMN_OVERHEAD = 3
+_TABLE_OVERHEAD = 1
+TOO_LONG = "({n} chars, too wide here: use --format json)"
+
+
+def cell(value: Any) -> str:
+    """A value as text: floats in shortest round-trip form (as JSON writes them), +inf / -inf, None as -."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "+inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(cell(v) for v in value)
+    return str(value)
+
+
+def _fits_horizontally(fields: Sequence[tuple[str, str]], width: int) -> bool:
+    total = _TABLE_OVERHEAD + sum(max(len(k), len(v)) + _COLUMN_OVERHEAD for k, v in fields)
+    return total <= width
+
+
+def render_record(title: str, fields: Sequence[tuple[str, Any]], width: int) -> str:
+    """Draws one record as a table no wider than ``width`` columns.
+
+    Args:
+      title: The table's title.
+      fields: ``(name, value)`` pairs in display order.
+      width: The terminal's width in columns.
+
+    Returns:
+      The table as text (with box-drawing characters), every line at most ``width`` wide.
+
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    texts = [(name, cell(value)) for name, value in fields]
+    console = Console(width=width, record=True, file=_Null(), color_system=None, soft_wrap=False)
+    if _fits_horizontally(texts, width):
+        table = Table(title=title)
+        for name, text in texts:
+            table.add_column(name, no_wrap=True, min_width=max(len(name), len(text)))
+        table.add_row(*[text for _, text in texts])
+    else:
+        key_width = max(len(name) for name, _ in texts)
+        room = width - _TABLE_OVERHEAD - 2 * _COLUMN_OVERHEAD - key_width
+        table = Table(title=title)
+        table.add_column("field", no_wrap=True, min_width=key_width)
+        table.add_column("value", no_wrap=True)
+        for name, text in texts:
+            table.add_row(name, text if len(text) <= room else TOO_LONG.format(n=len(text)))
+    console.print(table)
+    return console.export_text()
+
+
+class _Null:
+    """A file that discards what is written (the console records it instead)."""
+
+    def write(self, _text: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass

@@ -83,7 +83,8 @@ from cbdp_jax._src.validation import (
     check_vector,
 )
 
-FAMILIES = ("laplace", "gaussian", "point_mass")
+FAMILIES = ("laplace", "gaussian", "point_mass", "subsampled_gaussian")
+DIRECTIONS = ("remove", "add")
 ADVERSARIES = ("linear", "poly")
 
 _KL_EXTENT = 2.0**24  # tail reach (scale units) for KL: E_Q[exp(a x)] decays like exp(-(1 - |u|) z)
@@ -94,6 +95,17 @@ _LIN_KL_MARGIN = (
 _MAX_ROUNDS = 8  # grid-refinement rounds (roots of h and integrand modes move with theta)
 _MAX_ITER = 100  # Newton iterations per round
 _ROUND0_ITER = 25  # Newton iterations on the first (unsplit) grid
+# The largest polynomial degree whose exact value is certified, per noise family and divergence group
+# ('alpha' covers 'renyi' and 'alpha'; 'other' the degenerate 'tv', 'hellinger', 'js', exact 0 at every
+# degree). Chosen by measurement: benchmarks/exact_degree_limits.py, docs/theory/exact_solver.md,
+# section 5. Above the limit the exact layer refuses (InvalidParameterError naming `degree`).
+DEGREE_LIMITS: dict[str, dict[str, int]] = {
+    "laplace": {"kl": 8, "alpha": 40, "chi2": 40, "other": 40},
+    "gaussian": {"kl": 40, "alpha": 32, "chi2": 40, "other": 40},
+    "point_mass": {"kl": 40, "alpha": 40, "chi2": 40, "other": 40},
+    "subsampled_gaussian": {"kl": 8, "alpha": 16, "chi2": 16, "other": 16},
+}
+
 GAP_TOL = 1e-10  # converged needs newton_decrement^2 / 2 <= GAP_TOL (1 + |value|)
 _MONOTONE_TOL = 1e-9  # value(k) >= value(k - 1) - tol * (1 + |value(k - 1)|) certifies monotonicity
 _M_PAD = 4  # parameter vectors are padded to this length (one compilation for lin, poly_2, poly_3)
@@ -113,19 +125,38 @@ class NoisePair:
     has density exp(-|x|/b) / (2b) per coordinate, Gaussian with scale s is N(0, s^2). The family
     ``'point_mass'`` is the non-private release P = delta_0, Q = delta_shift (``scale`` is 0).
 
+    The family ``'subsampled_gaussian'`` is one step of the Poisson-subsampled Gaussian mechanism with
+    sampling rate q: with M = (1 - q) N(0, s^2 I) + q N(v, s^2 I) (the record's contribution v is
+    added with probability q) and G = N(0, s^2 I), direction ``'remove'`` (D' = D without the
+    record) has P = M, Q = G and ``'add'`` has P = G, Q = M (docs/theory/subsampled_gaussian.md).
+
     Attributes:
-      family: ``'laplace'``, ``'gaussian'`` or ``'point_mass'``.
-      scale: The noise scale (1/eps for Laplace, sigma for Gaussian), > 0; 0 for point masses.
+      family: ``'laplace'``, ``'gaussian'``, ``'point_mass'`` or ``'subsampled_gaussian'``.
+      scale: The noise scale (1/eps for Laplace, sigma otherwise), > 0; 0 for point masses.
       shift: The per-coordinate shift v of Q (the sensitivity vector), finite; d = len(shift).
+      sampling_rate: The subsampled Gaussian's q in (0, 1]; must stay 1.0 for the other families.
+      direction: The subsampled Gaussian's ``'remove'`` or ``'add'``.
 
     """
 
     family: str
     scale: float
     shift: tuple[float, ...]
+    sampling_rate: float = 1.0
+    direction: str = "remove"
 
     def __post_init__(self) -> None:
         check_choice("family", self.family, FAMILIES)
+        check_choice("direction", self.direction, DIRECTIONS)
+        if self.family == "subsampled_gaussian":
+            rate = check_in_range("sampling_rate", self.sampling_rate, 0.0, 1.0, low_open=True)
+            object.__setattr__(self, "sampling_rate", rate)
+        elif float(self.sampling_rate) != 1.0:
+            _fail(
+                "sampling_rate",
+                self.sampling_rate,
+                "must be 1.0 unless family is 'subsampled_gaussian'",
+            )
         if self.family == "point_mass":
             if float(self.scale) != 0.0:
                 _fail("scale", self.scale, "must be 0 for family 'point_mass'")
@@ -143,7 +174,22 @@ class NoisePair:
     @property
     def label(self) -> str:
         """E.g. ``'laplace(scale=1, shift=(1))'``."""
-        return f"{self.family}(scale={self.scale:g}, shift=({', '.join(f'{v:g}' for v in self.shift)}))"
+        extra = ""
+        if self.family == "subsampled_gaussian":
+            extra = f", q={self.sampling_rate:g}, {self.direction}"
+        shift = ", ".join(f"{v:g}" for v in self.shift)
+        return f"{self.family}(scale={self.scale:g}, shift=({shift}){extra})"
+
+    def law(self, delta: float) -> _Law1D:
+        """The 1-D law in standardised units with the (signed) shift delta = shift / scale."""
+        if self.family != "subsampled_gaussian":
+            return _Law1D(self.family, float(delta))
+        q = self.sampling_rate
+        if q == 1.0:
+            weights, centres = (1.0,), (float(delta),)
+        else:
+            weights, centres = (1.0 - q, q), (0.0, float(delta))
+        return _Law1D("mixture", float(delta), weights, centres, self.direction == "remove")
 
 
 def laplace_pair(epsilon: float, sensitivity: float | Sequence[float] = 1.0) -> NoisePair:
@@ -180,6 +226,46 @@ def gaussian_pair(sigma: float, sensitivity: float | Sequence[float] = 1.0) -> N
     """
     s = check_positive("sigma", sigma)
     return NoisePair("gaussian", s, tuple(check_vector("sensitivity", sensitivity)))
+
+
+def subsampled_gaussian_pair(
+    sigma: float,
+    sampling_rate: float,
+    sensitivity: float | Sequence[float] = 1.0,
+    direction: str = "remove",
+) -> NoisePair:
+    """One step of the Poisson-subsampled Gaussian mechanism (DP-SGD with a summed gradient).
+
+    M = (1 - q) N(0, sigma^2 I) + q N(v, sigma^2 I) against G = N(0, sigma^2 I): direction
+    ``'remove'`` gives P = M, Q = G, ``'add'`` gives P = G, Q = M. With ||v||_2 = 1, sigma is DP-SGD's
+    noise multiplier.
+
+    Args:
+      sigma: The noise standard deviation, > 0.
+      sampling_rate: The Poisson sampling rate q in (0, 1].
+      sensitivity: The record's contribution v (a number or a vector).
+      direction: ``'remove'`` or ``'add'``.
+
+    Returns:
+      The pair (family ``'subsampled_gaussian'``).
+
+    Raises:
+      InvalidParameterError: If sigma is not finite and > 0, q is outside (0, 1], the sensitivity is
+        not finite, or the direction is unknown.
+
+    References:
+      Mironov, Talwar, Zhang, "Renyi Differential Privacy of the Sampled Gaussian Mechanism", 2019;
+      docs/theory/subsampled_gaussian.md.
+
+    """
+    s = check_positive("sigma", sigma)
+    return NoisePair(
+        "subsampled_gaussian",
+        s,
+        tuple(check_vector("sensitivity", sensitivity)),
+        sampling_rate,
+        direction,
+    )
 
 
 def point_mass_pair(shift: float | Sequence[float] = 1.0) -> NoisePair:
@@ -224,9 +310,14 @@ def noise_pair_from(mechanism: Any) -> NoisePair:
         return NoisePair(family, float(scale), tuple(sens))
     if family == "nonprivate" and sens is not None:
         return point_mass_pair(sens)
+    if family == "subsampled_gaussian" and sens is not None:
+        return subsampled_gaussian_pair(
+            float(mechanism.sigma), float(mechanism.sampling_rate), tuple(sens), mechanism.direction
+        )
     raise InvalidParameterError(
         f"mechanism={mechanism!r} is invalid: must be a Laplace, Gaussian or non-private mechanism "
-        "(attributes family in {'laplace', 'gaussian', 'nonprivate'}, noise_scale, sensitivity)"
+        "(attributes family in {'laplace', 'gaussian', 'nonprivate', 'subsampled_gaussian'}, "
+        "noise_scale, sensitivity)"
     )
 
 
@@ -354,22 +445,80 @@ def _log_weights(w: np.ndarray, logdens: np.ndarray) -> np.ndarray:
         return np.log(w) + logdens
 
 
-@dataclasses.dataclass
-class _Geometry1D:
-    """A 1-D pair in standardised units: P = F(0, 1), Q = F(delta, 1), features phi(z) -> [n, m]."""
+@dataclasses.dataclass(frozen=True)
+class _Law1D:
+    """The two laws of a 1-D problem in standardised units (hashable: caches key on it).
+
+    ``'laplace'`` / ``'gaussian'``: P = F(0, 1), Q = F(delta, 1). ``'mixture'``: one side is the mixture
+    sum_j weights_j N(centres_j, 1) and the other N(0, 1) (P is the mixture when ``mixture_is_p``): the
+    Poisson-subsampled Gaussian (two components) and the law of its T-step sum (a binomial mixture).
+    ``delta`` is then the largest centre, the problem's length scale.
+    """
 
     family: str
     delta: float
+    weights: tuple[float, ...] = ()
+    centres: tuple[float, ...] = ()
+    mixture_is_p: bool = True
+
+    @property
+    def tails(self) -> str:
+        """``'laplace'`` (exponential tails) or ``'gaussian'``."""
+        return "laplace" if self.family == "laplace" else "gaussian"
+
+    @property
+    def kinks(self) -> list[float]:
+        return [0.0, self.delta] if self.family == "laplace" else []
+
+    @property
+    def grid_centres(self) -> list[float]:
+        """Points the uniform panels must cover (at most 6 units apart, so no gap opens)."""
+        if self.family != "mixture":
+            return [0.0, self.delta]
+        top = max(self.centres)
+        return [0.0, *np.arange(min(self.centres), top, 6.0).tolist(), top]
+
+    def _log_mixture(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        c = np.asarray(self.centres)
+        lw = np.log(np.asarray(self.weights))
+        terms = lw[None, :] - 0.5 * (z[:, None] - c[None, :]) ** 2
+        top = np.max(terms, axis=1)
+        return top + np.log(np.sum(np.exp(terms - top[:, None]), axis=1)) - quad._LOG_SQRT_2PI
+
+    def log_p(self, z: np.ndarray) -> np.ndarray:
+        if self.family != "mixture":
+            return quad.log_density(self.family, z, 0.0)
+        if self.mixture_is_p:
+            return self._log_mixture(z)
+        return quad.log_density("gaussian", z, 0.0)
+
+    def log_q(self, z: np.ndarray) -> np.ndarray:
+        if self.family != "mixture":
+            return quad.log_density(self.family, z, self.delta)
+        if self.mixture_is_p:
+            return quad.log_density("gaussian", z, 0.0)
+        return self._log_mixture(z)
+
+
+@dataclasses.dataclass
+class _Geometry1D:
+    """A 1-D pair in standardised units (P, Q from a :class:`_Law1D`), features phi(z) -> [n, m]."""
+
+    law: _Law1D
     features: Callable[[np.ndarray], np.ndarray]
     extent: float
     half_width: float = 12.0  # uniform panels this far around each centre (grows with the degree)
     guard: bool = False  # KL with a polynomial of degree >= 2: probe the far tails (see _guard)
 
+    @property
+    def delta(self) -> float:
+        return self.law.delta
+
     def grid(self, roots: Sequence[float] = (), centres: Sequence[float] = ()) -> _Grid:
-        kinks = [0.0, self.delta] if self.family == "laplace" else []
         z, w = quad.rule_1d(
-            [0.0, self.delta, *centres],
-            kinks,
+            [*self.law.grid_centres, *centres],
+            self.law.kinks,
             roots,
             extent=self.extent,
             width=0.5,
@@ -383,8 +532,8 @@ class _Geometry1D:
             guard_z, guard_lw, guard_phi = self._guard(lo, hi)
         return _Grid(
             z,
-            _log_weights(w, quad.log_density(self.family, z, 0.0)),
-            _log_weights(w, quad.log_density(self.family, z, self.delta)),
+            _log_weights(w, self.law.log_p(z)),
+            _log_weights(w, self.law.log_q(z)),
             self.features(z),
             edge,
             guard_lw,
@@ -409,7 +558,7 @@ class _Geometry1D:
         n = max(1, int(math.log(far / reach) / math.log(1.25)))
         r = reach * 1.25 ** np.arange(1, n + 1)
         z = np.concatenate([-r, r])
-        lq = quad.log_density(self.family, z, self.delta) + np.log(0.25 * np.abs(z))
+        lq = self.law.log_q(z) + np.log(0.25 * np.abs(z))
         with np.errstate(over="ignore", invalid="ignore"):
             phi = self.features(z)
         ok = np.all(np.isfinite(phi), axis=1)
@@ -420,7 +569,7 @@ class _Geometry1D:
 
     def refined_grid(self, prob: _Problem, u: np.ndarray, grid: _Grid) -> _Grid:
         """A grid split at the roots of h (alpha family) and centred also on the integrand's mode."""
-        log_q = quad.log_density(self.family, grid.z, self.delta)
+        log_q = self.law.log_q(grid.z)
         roots: np.ndarray = np.zeros(0)
         if prob.kind.startswith("renyi"):
             mu = prob.mu_p(grid)
@@ -855,33 +1004,38 @@ def _decrement(grad: np.ndarray, curv: np.ndarray) -> float:
 def _evaluate(
     prob: _Problem, u: np.ndarray, grid: _Grid, converged: bool, stable: bool, tol: float
 ) -> dict[str, Any]:
-    """Plain f-form and tight form at the optimum, on the final grid, plus the quadrature checks."""
+    """Plain f-form and tight form at the optimum, on the final grid, plus the quadrature checks.
+
+    Both are computed with the rule's P and Q weights normalised to mass 1 (the rule misses ~1e-15 of
+    each) and the tight form with log1p / expm1 around h = 1 (alpha family) or h = E_P h (KL), so a
+    value of 1e-7 keeps ~1e-14 relative accuracy; ``value`` is the tight form (equal to the f-form at
+    the optimum, and computed with less cancellation), ``f_value`` the plain f-form.
+    """
     wp, wq = _exp(grid.lwp), _exp(grid.lwq)
+    wp, wq = wp / wp.sum(), wq / wq.sum()
     reason = None
     if prob.kind.startswith("renyi"):
         div = get_divergence("alpha", alpha=prob.alpha, convention=prob.convention)
         mu = wp @ grid.phi
-        h_q = 1.0 + (grid.phi - mu) @ u
+        hm1 = (grid.phi - mu) @ u  # h - 1, E_P[h] = 1
+        h_q = 1.0 + hm1
         base = np.abs(h_q) if prob.kind == "renyi_abs" else np.maximum(h_q, 0.0)
         big_a = prob.A
-        with np.errstate(divide="ignore"):
-            terms = grid.lwq + big_a * np.log(base)
-        m_q = float(np.sum(_exp(terms)))
-        e_p = float(wp @ (1.0 + (grid.phi - mu) @ u))
-        tight_r = math.log(e_p) * big_a - math.log(m_q) if e_p > 0 and m_q > 0 else math.inf
-        t_star = math.exp((prob.alpha - 1.0) * (math.log(e_p) - math.log(m_q))) / (prob.alpha - 1.0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            log_base = np.where(hm1 > -0.5, np.log1p(np.maximum(hm1, -0.5)), np.log(base))
+            terms = np.log(wq) + big_a * log_base
+            excess = float(wq @ np.where(wq > 0, np.expm1(big_a * log_base), 0.0))  # F - 1
+        m_q = 1.0 + excess
+        tight_r = -math.log1p(excess) if m_q > 0 else math.inf
+        t_star = math.exp(-(prob.alpha - 1.0) * math.log(m_q)) / (prob.alpha - 1.0)
         theta_z = t_star * np.concatenate([[1.0 - mu @ u], u])
         h_all = theta_z[0] + grid.phi @ theta_z[1:]
         f_value = float(wp @ h_all - _weighted(wq, _conjugate(div, h_all)))
         tail = float(np.sum(_exp(terms[grid.edge_mask]))) / m_q
         if prob.fname == "renyi":
-            tight = tight_r
-            value = float(renyi_from_alpha(f_value, prob.alpha))
+            tight = value = tight_r
         else:
-            tight = float(alpha_from_renyi(tight_r, prob.alpha))
-            value = f_value
-        if not math.isfinite(f_value) and math.isfinite(tight):
-            value, reason = tight, "the f-form overflows float64; value from the scale-free form"
+            tight = value = float(alpha_from_renyi(tight_r, prob.alpha))
         # V = -log F, F = E_Q[|h|^A]: grad V = -A E_Q[|h|^(A-1) sign(h) (phi - mu)] / F and
         # -hess V ~ A (A - 1) E_Q[|h|^(A-2) (phi - mu)(phi - mu)^T] / F at the optimum.
         cen = grid.phi - mu
@@ -893,16 +1047,25 @@ def _evaluate(
         curv = big_a * (big_a - 1.0) * (cen * d2term[:, None]).T @ cen
     elif prob.kind == "dv":
         s = grid.phi @ u
-        log_m = quad.logsumexp(grid.lwq + s)
+        centre = float(wp @ s)
+        sc = s - centre
+        live = wq > 0
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.max(np.abs(sc[live]), initial=0.0) <= 1.0:
+                log_mc = math.log1p(float(wq[live] @ np.expm1(sc[live])))
+            else:
+                log_mc = quad.logsumexp(np.log(wq[live]) + sc[live])
+        log_m = centre + log_mc
         b = 1.0 - log_m
         theta_z = np.concatenate([[b], u])
         h_all = b + s
         # f* = exp(s - 1) (MATH.md section 2), summed as exp(log w q + h - 1): far-tail nodes have
         # w q = 0 while exp(h - 1) overflows, and 0 * inf must not turn the sum into NaN.
-        f_value = float(wp @ h_all - np.sum(_exp(grid.lwq + h_all - 1.0)))
-        tight = float(wp @ s) - log_m
-        value = f_value
-        tilted = _exp(grid.lwq + s - log_m)
+        with np.errstate(divide="ignore"):
+            f_value = float(wp @ h_all - np.sum(_exp(np.log(wq) + h_all - 1.0)))
+        tight = value = -log_mc  # E_P[s] - log E_Q[exp s], with E_P[s - centre] = 0
+        with np.errstate(divide="ignore"):
+            tilted = _exp(np.log(wq) + s - log_m)
         tail = float(np.sum(tilted[grid.edge_mask]))
         m1 = tilted @ grid.phi
         grad = wp @ grid.phi - m1  # E_P[phi] - E_tilted[phi]
@@ -1027,6 +1190,49 @@ def _check_feature_map(fn: Callable, scale: float) -> int:
     return probe.shape[1]
 
 
+def _divergence_group(name: str) -> str:
+    if name in ("renyi", "alpha"):
+        return "alpha"
+    return name if name in ("kl", "chi2") else "other"
+
+
+def degree_limit(family: str, divergence: str) -> int:
+    """The largest polynomial degree the exact layer certifies for a noise family and divergence.
+
+    Args:
+      family: ``'laplace'``, ``'gaussian'`` or ``'point_mass'``.
+      divergence: A divergence name (``'kl'``, ``'renyi'``, ``'alpha'``, ``'chi2'``, ``'tv'``,
+        ``'hellinger'``, ``'js'``).
+
+    Returns:
+      The limit L: degrees 1..L are solved (and each result certified or refused), above L refused.
+
+    Raises:
+      InvalidParameterError: For an unknown family or divergence.
+
+    References:
+      docs/theory/exact_solver.md, section 5 (how the limits were measured).
+
+    """
+    check_choice("family", family, FAMILIES)
+    check_choice("divergence", divergence, DIVERGENCE_NAMES)
+    return DEGREE_LIMITS[family][_divergence_group(divergence)]
+
+
+def _check_degree(pair: NoisePair, name: str, degree: Any) -> int:
+    k = check_int_at_least("degree", degree, 1)
+    top = DEGREE_LIMITS[pair.family][_divergence_group(name)]
+    if k > top:
+        _fail(
+            "degree",
+            degree,
+            f"must lie in [1, {top}] for a {pair.family} pair with divergence {name!r}",
+            "the largest degree whose exact value float64 quadrature certifies there; "
+            "docs/theory/exact_solver.md, section 5",
+        )
+    return k
+
+
 def _check_tol(tol: Any) -> float:
     return check_in_range("tol", tol, 0.0, 1e-3, low_open=True)
 
@@ -1052,7 +1258,7 @@ def _starts(base: np.ndarray, scales: np.ndarray, lo, hi, n_starts: int) -> np.n
     return np.stack(out)
 
 
-def _poly_half_width(family: str, degree: int) -> float:
+def _poly_half_width(tails: str, degree: int) -> float:
     """Half-width (standardised units) of the uniformly resolved region for polynomials of ``degree``.
 
     An orthonormal polynomial of degree n under exp(-|z|) oscillates out to about (pi / 2) n, under
@@ -1060,29 +1266,29 @@ def _poly_half_width(family: str, degree: int) -> float:
     forms have degree up to 2k, so the resolved region covers those reaches for n = 2k, plus the
     12 units every rule here starts with (docs/theory/exact_solver.md, section 2).
     """
-    reach = math.pi * degree if family == "laplace" else 2.0 * math.sqrt(2.0 * degree)
+    reach = math.pi * degree if tails == "laplace" else 2.0 * math.sqrt(2.0 * degree)
     return 12.0 + reach
 
 
 @functools.lru_cache(maxsize=64)
-def _reference_rule(family: str, delta: float, degree: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and normalised weights of (P + Q) / 2 = (F(0, 1) + F(delta, 1)) / 2 (standardised)."""
-    kinks = [0.0, delta] if family == "laplace" else []
+def _reference_rule(law: _Law1D, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and normalised weights of (P + Q) / 2 (standardised units)."""
     z, w = quad.rule_1d(
-        [0.0, delta], kinks, extent=_EXTENT, width=0.5, half_width=_poly_half_width(family, degree)
+        law.grid_centres,
+        law.kinks,
+        extent=_EXTENT,
+        width=0.5,
+        half_width=_poly_half_width(law.tails, degree),
     )
-    dens = 0.5 * (
-        np.exp(quad.log_density(family, z, 0.0)) + np.exp(quad.log_density(family, z, delta))
-    )
-    w = w * dens
+    w = w * 0.5 * (_exp(law.log_p(z)) + _exp(law.log_q(z)))
     return z, w / w.sum()
 
 
 @functools.lru_cache(maxsize=64)
-def _poly_basis(family: str, delta: float, degree: int) -> orthopoly.OrthoPoly:
+def _poly_basis(law: _Law1D, degree: int) -> orthopoly.OrthoPoly:
     """psi_0..psi_degree orthonormal under (P + Q) / 2 (standardised units)."""
-    z, w = _reference_rule(family, delta, degree)
-    return orthopoly.stieltjes(z, w, degree, shift=0.5 * delta)
+    z, w = _reference_rule(law, degree)
+    return orthopoly.stieltjes(z, w, degree, shift=float(w @ z))
 
 
 def _kind(name: str, convention: str) -> str:
@@ -1104,8 +1310,7 @@ def _bounded_starts(starts: np.ndarray, feats: Callable, name: str, delta: float
 
 
 def _problem_1d(
-    family: str,
-    delta: float,
+    law: _Law1D,
     scale: float,
     name: str,
     adv: _Adversary,
@@ -1122,9 +1327,7 @@ def _problem_1d(
     """
     kind = _kind(name, convention)
     if adv.kind != "feature_map":
-        return _problem_poly(
-            family, delta, scale, name, adv.degree, alpha, convention, n_starts, basis, warm
-        )
+        return _problem_poly(law, scale, name, adv.degree, alpha, convention, n_starts, basis, warm)
     fn = adv.fn
 
     def feats(z: np.ndarray) -> np.ndarray:
@@ -1133,16 +1336,16 @@ def _problem_1d(
             f = np.concatenate([np.ones((f.shape[0], 1)), f], axis=1)
         return f
 
-    probe = feats(np.linspace(-4.0, 4.0 + delta, 41))
+    probe = feats(np.linspace(-4.0, 4.0 + law.delta, 41))
     col_scale = np.maximum(np.sqrt(np.mean(probe**2, axis=0)), 1e-3)
     m = probe.shape[1]
     lo, hi = np.full(m, -np.inf), np.full(m, np.inf)
     starts = _starts(np.zeros(m), col_scale, lo, hi, n_starts)
     if kind == "fform":
-        starts = _bounded_starts(starts, feats, name, delta)
+        starts = _bounded_starts(starts, feats, name, law.delta)
     a_exp = alpha / (alpha - 1.0) if alpha is not None else 0.0
     extent = _KL_EXTENT if kind == "dv" else _EXTENT
-    geom = _Geometry1D(family, float(delta), feats, extent)
+    geom = _Geometry1D(law, feats, extent)
     return _Problem(kind, name, alpha, a_exp, convention, geom, lo, hi, starts, lambda t: t.copy())
 
 
@@ -1159,7 +1362,7 @@ class _BasisRef:
         return vals if self.with_constant else vals[:, 1:]
 
 
-def _dv_bounds(family: str, poly: orthopoly.OrthoPoly, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _dv_bounds(law: _Law1D, poly: orthopoly.OrthoPoly, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The domain of E_Q[exp h] for h = sum_j u_j psi_j of degree k, in the coordinates u.
 
     psi_k has a positive leading coefficient lc_k, so the coefficient of z^k in h is u_k lc_k: it must
@@ -1168,9 +1371,9 @@ def _dv_bounds(family: str, poly: orthopoly.OrthoPoly, k: int) -> tuple[np.ndarr
     """
     lo, hi = np.full(k, -np.inf), np.full(k, np.inf)
     lc = poly.leading_coefficients()[k]
-    if k == 1 and family == "laplace":
+    if k == 1 and law.tails == "laplace":
         lo[0], hi[0] = (-1.0 + _LIN_KL_MARGIN) / lc, (1.0 - _LIN_KL_MARGIN) / lc
-    elif k == 2 and family == "gaussian":
+    elif k == 2 and law.tails == "gaussian":
         hi[-1] = 0.5 / lc
     elif k >= 2:
         hi[-1] = 0.0
@@ -1178,8 +1381,7 @@ def _dv_bounds(family: str, poly: orthopoly.OrthoPoly, k: int) -> tuple[np.ndarr
 
 
 def _problem_poly(
-    family: str,
-    delta: float,
+    law: _Law1D,
     scale: float,
     name: str,
     degree: int,
@@ -1201,13 +1403,13 @@ def _problem_poly(
     dropped = kind == "dv" and k >= 3 and k % 2 == 1
     if dropped:
         k -= 1  # an odd leading coefficient makes E_Q[exp h] infinite: it must be 0
-    ref = _BasisRef(_poly_basis(family, float(delta), k) if basis is None else basis, k, False)
+    ref = _BasisRef(_poly_basis(law, k) if basis is None else basis, k, False)
     ref.with_constant = kind == "fform"
     m = k + (1 if kind == "fform" else 0)
     lo, hi = np.full(m, -np.inf), np.full(m, np.inf)
     base = np.zeros(m)
     if kind == "dv":
-        lo, hi = _dv_bounds(family, ref.poly, k)
+        lo, hi = _dv_bounds(law, ref.poly, k)
         if k >= 2:
             base[-1] = -0.05
     starts = _starts(base, np.ones(m), lo, hi, n_starts)
@@ -1216,7 +1418,7 @@ def _problem_poly(
         w = min(warm.shape[0], starts.shape[0] - 1)
         starts[starts.shape[0] - w :] = warm[:w]
     if kind == "fform":
-        starts = _bounded_starts(starts, ref.features, name, delta)
+        starts = _bounded_starts(starts, ref.features, name, law.delta)
     powers = np.arange(1, k + 1, dtype=np.float64)
 
     def to_theta(theta_z: np.ndarray) -> np.ndarray:
@@ -1229,14 +1431,8 @@ def _problem_poly(
     # The long reach is for E_Q[exp(a z)] under Laplace noise with |a| near 1 (linear class only); an
     # even-degree h with a negative leading coefficient decays like a Gaussian or faster.
     extent = _KL_EXTENT if kind == "dv" and k == 1 else _EXTENT
-    geom = _Geometry1D(
-        family,
-        float(delta),
-        ref.features,
-        extent,
-        _poly_half_width(family, k),
-        kind == "dv" and k >= 2,
-    )
+    half_width = _poly_half_width(law.tails, k)
+    geom = _Geometry1D(law, ref.features, extent, half_width, kind == "dv" and k >= 2)
     prob = _Problem(kind, name, alpha, a_exp, convention, geom, lo, hi, starts, to_theta)
     if kind.startswith("renyi"):
         prob.rebase = functools.partial(_rebase_renyi, prob, ref)
@@ -1447,6 +1643,8 @@ def _restricted_many(
             "only 'renyi' and 'alpha' use it",
         )
     adv = _parse_adversary(adversary, degree)
+    if adv.kind == "poly":
+        _check_degree(pair, name, adv.degree)
     n_starts = check_int_at_least("n_starts", n_starts, 1)
     tol = _check_tol(tol)
     if adv.kind != "linear" and pair.dim != 1:
@@ -1487,17 +1685,17 @@ def _restricted_many(
 
     if d == 1 or adv.kind != "linear":
         sols = _solve_1d(
-            pair.family, v[0] / scale, scale, name, adv, alphas, convention, n_starts, tol
+            pair.law(v[0] / scale), scale, name, adv, alphas, convention, n_starts, tol
         )
         return [
             _from_solution(pair, name, adv, a, convention, s)
             for a, s in zip(alphas, sols, strict=True)
         ]
 
-    if name in ("kl", "chi2"):
+    if name in ("kl", "chi2") and pair.family != "subsampled_gaussian":
         # Both decompose over independent coordinates (the class has one shared constant).
         probs = [
-            _problem_1d(pair.family, v[i] / scale, scale, name, adv, None, convention, n_starts)
+            _problem_1d(pair.law(v[i] / scale), scale, name, adv, None, convention, n_starts)
             for i in nz
         ]
         sols = _solve_problems(probs, tol)
@@ -1517,11 +1715,13 @@ def _restricted_many(
         }
         return [_from_solution(pair, name, adv, None, convention, total)]
 
-    # Renyi / alpha, linear class, d > 1.
-    if pair.family == "gaussian":
+    # Renyi / alpha, linear class, d > 1 (every divergence for the subsampled Gaussian: the mixture
+    # does not factorise, but both laws are invariant under rotations fixing v, so the best linear h
+    # is along v; docs/theory/subsampled_gaussian.md).
+    if pair.family in ("gaussian", "subsampled_gaussian"):
         norm = float(np.linalg.norm(v))
         probs = [
-            _problem_1d("gaussian", norm / scale, scale, name, adv, a, convention, n_starts)
+            _problem_1d(pair.law(norm / scale), scale, name, adv, a, convention, n_starts)
             for a in alphas
         ]
         sols = _solve_problems(probs, tol)
@@ -1535,7 +1735,7 @@ def _restricted_many(
     if nz.size == 1:
         i = int(nz[0])
         probs = [
-            _problem_1d("laplace", v[i] / scale, scale, name, adv, a, convention, n_starts)
+            _problem_1d(pair.law(v[i] / scale), scale, name, adv, a, convention, n_starts)
             for a in alphas
         ]
         sols = _solve_problems(probs, tol)
@@ -1591,9 +1791,7 @@ def _degrees_chain(kind: str, max_degree: int) -> list[int]:
     return list(range(1, max_degree + 1))
 
 
-def _transfer(
-    family: str, delta: float, sol: dict[str, Any], kind: str, degree: int, size: int
-) -> np.ndarray:
+def _transfer(law: _Law1D, sol: dict[str, Any], kind: str, degree: int, size: int) -> np.ndarray:
     """A lower degree's optimum as starting points of ``degree`` in the basis (P + Q) / 2 builds.
 
     The lower-degree h lies in the larger class, so its coefficients in the new orthonormal basis are
@@ -1601,7 +1799,7 @@ def _transfer(
     ``[3, size]`` starts; for KL the new top coefficient must be negative, so three sizes of it are
     tried (the line search discards a start outside the numerical domain).
     """
-    z, w = _reference_rule(family, float(delta), degree)
+    z, w = _reference_rule(law, degree)
     ref = sol["problem"].basis_ref
     old = ref.poly(z, ref.degree)
     u = sol["u"]
@@ -1611,7 +1809,7 @@ def _transfer(
         h = old[:, 1:] @ u
     else:
         h = old @ u
-    new = _poly_basis(family, float(delta), degree)(z, degree)
+    new = _poly_basis(law, degree)(z, degree)
     coef = new.T @ (w * h)
     out = np.zeros((3, size))
     start = coef if kind == "fform" else coef[1:]
@@ -1622,8 +1820,7 @@ def _transfer(
 
 
 def _solve_1d(
-    family: str,
-    delta: float,
+    law: _Law1D,
     scale: float,
     name: str,
     adv: _Adversary,
@@ -1638,21 +1835,18 @@ def _solve_1d(
     KL 1, 2, 4, ..., k) by :func:`_solve_chain`, and the last entry is returned.
     """
     if adv.kind == "feature_map":
-        probs = [
-            _problem_1d(family, delta, scale, name, adv, a, convention, n_starts) for a in alphas
-        ]
+        probs = [_problem_1d(law, scale, name, adv, a, convention, n_starts) for a in alphas]
         sols = _solve_problems(probs, tol)
         for s in sols:
             s.update(monotone_checked=False, previous_value=None)
         return sols
     chain = _degree_chain(_kind(name, convention), adv.degree)
     chain[-1] = adv.degree  # KL with an odd k: the last step is poly_k itself (top coefficient 0)
-    return _solve_chain(family, delta, scale, name, chain, alphas, convention, n_starts, tol)[-1]
+    return _solve_chain(law, scale, name, chain, alphas, convention, n_starts, tol)[-1]
 
 
 def _solve_chain(
-    family: str,
-    delta: float,
+    law: _Law1D,
     scale: float,
     name: str,
     chain: list[int],
@@ -1676,12 +1870,10 @@ def _solve_chain(
         for i, a in enumerate(alphas):
             warm = None
             if prev is not None:
-                warm = _transfer(family, delta, prev[i], kind, k, k + (kind == "fform"))
+                warm = _transfer(law, prev[i], kind, k, k + (kind == "fform"))
             starts = max(n_starts, 4) if warm is not None else n_starts
             step = _Adversary("linear" if e == 1 else "poly", e, None)
-            probs.append(
-                _problem_1d(family, delta, scale, name, step, a, convention, starts, None, warm)
-            )
+            probs.append(_problem_1d(law, scale, name, step, a, convention, starts, None, warm))
         sols = _solve_problems(probs, tol)
         for i, s in enumerate(sols):
             if prev is not None:
@@ -1744,6 +1936,7 @@ def restricted_divergence(
     convention: str = "abs",
     n_starts: int = 4,
     tol: float = 1e-10,
+    strict: bool = True,
 ) -> ExactResult:
     """The exact H-restricted divergence D^H(P, Q) for a class linear in its parameters.
 
@@ -1763,6 +1956,10 @@ def restricted_divergence(
         alpha family. ``'nonneg'`` has the smaller conjugate, so its restricted value is >= ``'abs'``.
       n_starts: Number of starting points (an integer >= 1); the best optimum is kept.
       tol: Relative tolerance of the solver, in (0, 1e-3].
+      strict: For a 1-D linear or polynomial class, raise instead of returning a value that fails its
+        certificate (Newton decrement, monotonicity in the degree, quadrature checks). With
+        ``strict=False`` such a value comes back with ``converged=False`` and the reason; it is then
+        not a certified lower bound.
 
     Returns:
       An :class:`ExactResult`. Separable pairs (distinct point masses, paper Lemma 2) give ``+inf``
@@ -1770,10 +1967,12 @@ def restricted_divergence(
       a reason (degenerate, MATH.md section 6).
 
     Raises:
-      InvalidParameterError: For an unknown divergence / adversary / convention, degree < 1,
-        alpha <= 1 (or alpha given for a divergence without one), a non-linear class on a d > 1
-        pair, a Laplace d > 1 Renyi problem with more than two shifted coordinates, or a feature map
-        that does not return finite ``[n, m]`` features.
+      InvalidParameterError: For an unknown divergence / adversary / convention, degree < 1 or above
+        :func:`degree_limit` for the pair's family and the divergence, alpha <= 1 (or alpha given for
+        a divergence without one), a non-linear class on a d > 1 pair, a Laplace d > 1 Renyi problem
+        with more than two shifted coordinates, a feature map that does not return finite
+        ``[n, m]`` features, or (``strict``) a 1-D linear / polynomial value that cannot be certified
+        (the message names ``degree``, the reason and the way out).
 
     Examples:
       >>> r = restricted_divergence(laplace_pair(1.0), "renyi", alpha=2.0)
@@ -1784,9 +1983,120 @@ def restricted_divergence(
       Paper eq. (1)-(3), Lemma 1, Lemma 2, Figures 1-2; MATH.md sections 2, 3, 6.
 
     """
-    return _restricted_many(
-        pair, divergence, adversary, degree, [alpha], convention, n_starts, tol
-    )[0]
+    res = _restricted_many(pair, divergence, adversary, degree, [alpha], convention, n_starts, tol)
+    if strict:
+        _refuse_uncertified(res)
+    return res[0]
+
+
+def _refuse_uncertified(results: Sequence[ExactResult]) -> None:
+    """Raises for the first 1-D linear / polynomial result that failed its certificate."""
+    for r in results:
+        if r.converged or r.adversary not in ("linear", "poly") or r.pair.dim != 1:
+            continue
+        name = "degree" if r.adversary == "poly" else "adversary"
+        value = r.degree if r.adversary == "poly" else "linear"
+        alpha = "" if r.alpha is None else f", alpha={r.alpha:g}"
+        raise InvalidParameterError(
+            f"{name}={value!r} is invalid for {r.pair.label} with divergence {r.divergence!r}{alpha}: "
+            f"the exact value could not be certified ({r.reason}); use a lower degree, or "
+            "strict=False for the uncertified value with converged=False"
+        )
+
+
+@_x64
+def restricted_divergence_degrees(
+    pair: NoisePair | Any,
+    divergence: str | Divergence,
+    max_degree: int,
+    *,
+    alpha: float | None = None,
+    convention: str = "abs",
+    n_starts: int = 4,
+    tol: float = 1e-10,
+) -> tuple[ExactResult, ...]:
+    """The exact poly_k values for every degree k = 1..max_degree, in one pass.
+
+    Each degree is warm started from the previous one's optimum and certified against it (the
+    classes nest, so value(k) >= value(k - 1); ``monotone_checked`` and ``previous_value`` record the
+    check), which costs one solve per degree instead of the two :func:`restricted_divergence` needs.
+    For KL an odd degree k >= 3 has the value of k - 1 (its leading coefficient must be 0) and is not
+    solved again. Results that fail their certificate come back with ``converged=False`` and a reason
+    (this function never raises for that: it is the measuring tool behind the degree limits).
+
+    Args:
+      pair: A 1-D :class:`NoisePair` (or a mechanism object).
+      divergence: As for :func:`restricted_divergence`.
+      max_degree: The largest degree, an integer in [1, ``degree_limit(...)``].
+      alpha: As for :func:`restricted_divergence`.
+      convention: As for :func:`restricted_divergence`.
+      n_starts: As for :func:`restricted_divergence`.
+      tol: As for :func:`restricted_divergence`.
+
+    Returns:
+      One :class:`ExactResult` per degree, degree 1 first.
+
+    Raises:
+      InvalidParameterError: As for :func:`restricted_divergence`, or if ``max_degree`` is above the
+        documented limit for the pair's family and the divergence, or the pair is not 1-D.
+
+    References:
+      docs/theory/exact_solver.md (sections 2-5).
+
+    """
+    pair = _as_pair(pair)
+    name, convention = _parse_divergence(divergence, None, convention)
+    if isinstance(divergence, Divergence) and alpha is None:
+        alpha = divergence.alpha
+    top = _check_degree(pair, name, max_degree)
+    if pair.dim != 1:
+        _fail("pair", pair.label, "must be 1-dimensional for polynomial classes")
+    if top == 1 or _structural(pair, name, _Adversary("poly", 2, None)) is not None:
+        return tuple(
+            _restricted_many(pair, divergence, "poly", k, [alpha], convention, n_starts, tol)[0]
+            for k in range(1, top + 1)
+        )
+    kind = _kind(name, convention)
+    chain = _degrees_chain(kind, top)
+    if name in ("renyi", "alpha"):
+        a = check_alpha(alpha)
+    elif alpha is not None:
+        _fail(
+            "alpha",
+            alpha,
+            f"must be None for divergence {name!r}",
+            "only 'renyi' and 'alpha' use it",
+        )
+    else:
+        a = None
+    sols = _solve_chain(
+        pair.law(pair.shift[0] / pair.scale),
+        pair.scale,
+        name,
+        chain,
+        [a],
+        convention,
+        check_int_at_least("n_starts", n_starts, 1),
+        _check_tol(tol),
+    )
+    by_degree = {e: s[0] for e, s in zip(chain, sols, strict=True)}
+    out = []
+    for k in range(1, top + 1):
+        adv = _Adversary("linear" if k == 1 else "poly", k, None)
+        if k in by_degree:
+            out.append(_from_solution(pair, name, adv, a, convention, by_degree[k]))
+            continue
+        below = out[-1]  # KL, odd k: poly_k = poly_(k-1), the top coefficient is 0
+        out.append(
+            below._replace(
+                theta=np.concatenate([below.theta, [0.0]]),
+                degree=k,
+                adversary="poly",
+                previous_value=below.value,
+                monotone_checked=below.converged,
+            )
+        )
+    return tuple(out)
 
 
 @_x64
@@ -1800,6 +2110,7 @@ def restricted_divergence_curve(
     convention: str = "abs",
     n_starts: int = 4,
     tol: float = 1e-10,
+    strict: bool = True,
 ) -> tuple[ExactResult, ...]:
     """:func:`restricted_divergence` over a grid of orders, solved as one batch (one compilation).
 
@@ -1815,6 +2126,7 @@ def restricted_divergence_curve(
       convention: As for :func:`restricted_divergence`.
       n_starts: As for :func:`restricted_divergence`.
       tol: As for :func:`restricted_divergence`.
+      strict: As for :func:`restricted_divergence` (one uncertified order refuses the curve).
 
     Returns:
       One :class:`ExactResult` per order, in order.
@@ -1828,26 +2140,35 @@ def restricted_divergence_curve(
     if name not in ("renyi", "alpha"):
         _fail("divergence", divergence, "must be 'renyi' or 'alpha' for a curve over alpha")
     alist = [float(a) for a in check_vector("alphas", alphas)]
-    return tuple(
-        _restricted_many(pair, divergence, adversary, degree, alist, convention, n_starts, tol)
-    )
+    res = _restricted_many(pair, divergence, adversary, degree, alist, convention, n_starts, tol)
+    if strict:
+        _refuse_uncertified(res)
+    return tuple(res)
 
 
-def _unrestricted_parts(family: str, delta: float, name: str, alpha: float | None) -> float:
+def _unrestricted_parts(law: _Law1D, name: str, alpha: float | None) -> float:
     """One coordinate's contribution in the quantity that adds over coordinates (see callers)."""
-    centres = [0.0, delta]
-    kinks = [0.0, delta] if family == "laplace" else []
+    delta = law.delta
+    centres = list(law.grid_centres)
+    kinks = list(law.kinks)
     if name == "tv":
-        kinks.append(0.5 * delta)
-    if family == "gaussian" and name in ("renyi", "alpha"):
+        kinks.append(0.5 * delta)  # p = q there (also for the subsampled Gaussian's mixture)
+    if law.family == "gaussian" and name in ("renyi", "alpha"):
         centres.append((1.0 - alpha) * delta)  # p^a q^(1-a) is a Gaussian centred there
-    if family == "gaussian" and name == "chi2":
+    if law.family == "gaussian" and name == "chi2":
         centres.append(-delta)
+    if law.family == "mixture" and name in ("renyi", "alpha", "chi2"):
+        # The integrand p^a q^(1-a) is a mixture of Gaussians whose peak can sit far out: locate it.
+        a = 2.0 if name == "chi2" else alpha
+        reach = 40.0 + 2.0 * (abs(a) + 1.0) * abs(delta)
+        coarse = np.linspace(-reach, reach, 8001)
+        score = a * law.log_p(coarse) + (1.0 - a) * law.log_q(coarse)
+        centres.append(float(coarse[int(np.argmax(score))]))
     # Graded panels at the kinks too: p^a q^(1-a) of a Laplace pair decays like exp(-(2a - 1) z)
     # away from a kink, far faster than the uniform panels resolve for large alpha.
     z, w = quad.rule_1d(centres, kinks, kinks, extent=_EXTENT)
-    lp = quad.log_density(family, z, 0.0)
-    lq = quad.log_density(family, z, delta)
+    lp = law.log_p(z)
+    lq = law.log_q(z)
     lw = np.log(w)
     lse = quad.logsumexp
     if name == "kl":
@@ -1928,7 +2249,7 @@ def unrestricted_divergence(
             math.inf, "P and Q are mutually singular (P is not absolutely continuous wrt Q)"
         )
     deltas = np.abs(v[v != 0]) / pair.scale
-    if pair.family == "gaussian":
+    if pair.family in ("gaussian", "subsampled_gaussian"):
         deltas = np.array([float(np.linalg.norm(deltas))])
     if name in ("tv", "js") and deltas.size > 1:
         _fail(
@@ -1937,7 +2258,7 @@ def unrestricted_divergence(
             f"{name} of a Laplace pair is supported with one shifted coordinate",
             "it does not factorise over coordinates",
         )
-    parts = [_unrestricted_parts(pair.family, float(dl), name, a) for dl in deltas]
+    parts = [_unrestricted_parts(pair.law(float(dl)), name, a) for dl in deltas]
     total = math.fsum(parts)
     if name in ("kl", "tv", "js"):
         return done(total)

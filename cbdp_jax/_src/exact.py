@@ -486,6 +486,29 @@ class _Law1D:
         top = np.max(terms, axis=1)
         return top + np.log(np.sum(np.exp(terms - top[:, None]), axis=1)) - quad._LOG_SQRT_2PI
 
+    def _mixture_score(self, z: np.ndarray, noise: float) -> np.ndarray:
+        c = np.asarray(self.centres)
+        terms = np.log(np.asarray(self.weights))[None, :] - 0.5 * (z[:, None] - c[None, :]) ** 2
+        resp = np.exp(terms - np.max(terms, axis=1, keepdims=True))
+        resp /= resp.sum(axis=1, keepdims=True)
+        return np.sum(resp * ((z[:, None] - c[None, :]) ** 2 - 1.0), axis=1) / noise
+
+    def scores(self, z: np.ndarray, noise: float) -> tuple[np.ndarray, np.ndarray]:
+        """d/ds log p and d/ds log q at x = scale z, s the noise parameter (epsilon or sigma).
+
+        The shift in standardised units moves with s (delta = eps v or v / sigma), and so does the
+        scale; both are accounted for by differentiating the density in x at fixed x: Laplace with
+        rate eps: (1 - |z - c|) / eps; Gaussian with sigma: ((z - c)^2 - 1) / sigma, averaged over
+        the components with their posterior weights for a mixture (docs/theory/calibration.md).
+        """
+        z = np.asarray(z, dtype=np.float64)
+        if self.family == "laplace":
+            return (1.0 - np.abs(z)) / noise, (1.0 - np.abs(z - self.delta)) / noise
+        if self.family == "gaussian":
+            return (z * z - 1.0) / noise, ((z - self.delta) ** 2 - 1.0) / noise
+        mix, plain = self._mixture_score(z, noise), (z * z - 1.0) / noise
+        return (mix, plain) if self.mixture_is_p else (plain, mix)
+
     def log_p(self, z: np.ndarray) -> np.ndarray:
         if self.family != "mixture":
             return quad.log_density(self.family, z, 0.0)
@@ -1122,6 +1145,8 @@ def _evaluate(
         "gradient_norm": grad_norm,
         "newton_decrement": decrement,
         "problem": prob,
+        "grid": grid,
+        "h": h_all,  # the plain f-form's optimal h on the grid's nodes
     }
 
 
@@ -1659,6 +1684,9 @@ def _restricted_many(
     structural = _structural(pair, name, adv)
     if structural is not None:
         f_value, reason, theta = structural
+        before = 0.0 if (adv.degree or 1) == 1 or f_value == 0.0 else f_value
+        if name == "renyi" and before:
+            before = float(renyi_from_alpha(before, alphas[0]))
         if theta is None:
             theta = np.zeros(m + 1) if math.isfinite(f_value) else np.zeros(0)
         return [
@@ -1674,6 +1702,9 @@ def _restricted_many(
                 reason=reason,
                 gradient_norm=0.0,
                 newton_decrement=0.0,
+                # The value is the same at every degree (and >= 0, the constants' value).
+                monotone_checked=adv.kind != "feature_map",
+                previous_value=None if adv.kind == "feature_map" else before,
             )
             for a in alphas
         ]
@@ -2146,8 +2177,10 @@ def restricted_divergence_curve(
     return tuple(res)
 
 
-def _unrestricted_parts(law: _Law1D, name: str, alpha: float | None) -> float:
-    """One coordinate's contribution in the quantity that adds over coordinates (see callers)."""
+def _unrestricted_rule(
+    law: _Law1D, name: str, alpha: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rule for the unrestricted integrals of ``name``: nodes and weights on R."""
     delta = law.delta
     centres = list(law.grid_centres)
     kinks = list(law.kinks)
@@ -2166,7 +2199,12 @@ def _unrestricted_parts(law: _Law1D, name: str, alpha: float | None) -> float:
         centres.append(float(coarse[int(np.argmax(score))]))
     # Graded panels at the kinks too: p^a q^(1-a) of a Laplace pair decays like exp(-(2a - 1) z)
     # away from a kink, far faster than the uniform panels resolve for large alpha.
-    z, w = quad.rule_1d(centres, kinks, kinks, extent=_EXTENT)
+    return quad.rule_1d(centres, kinks, kinks, extent=_EXTENT)
+
+
+def _unrestricted_parts(law: _Law1D, name: str, alpha: float | None) -> float:
+    """One coordinate's contribution in the quantity that adds over coordinates (see callers)."""
+    z, w = _unrestricted_rule(law, name, alpha)
     lp = law.log_p(z)
     lq = law.log_q(z)
     lw = np.log(w)

@@ -47,6 +47,7 @@ CALIBRATION_DIVERGENCES = ("kl", "renyi")
 _RTOL = 1e-10  # the root search stops when |V / target - 1| <= this
 _MAX_ITER = 80
 _MAX_BRACKET = 60  # doublings / halvings of the noise while bracketing
+_MAX_SHIFT = 200.0  # bracketing stays within shift / noise scale in [1 / 200, 200]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -241,10 +242,14 @@ def _root(cal: Calibration, target: float, start: float) -> tuple[float, float, 
         return math.log(v / target), s * dv / v, v, dv
 
     t = math.log(start)
-    gt = g(t)
     lo = hi = None  # g(lo) < 0 < g(hi)
     step = math.log(2.0)
     for _ in range(_MAX_BRACKET):
+        # The exact layer is built for shifts up to ~_MAX_SHIFT noise scales; beyond, stop looking.
+        shift = cal.sensitivity * (math.exp(t) if cal.family == "laplace" else math.exp(-t))
+        if not (1.0 / _MAX_SHIFT <= shift <= _MAX_SHIFT):
+            break
+        gt = g(t)
         if gt[0] < 0:
             lo = (t, gt)
             t += sign * step
@@ -253,12 +258,13 @@ def _root(cal: Calibration, target: float, start: float) -> tuple[float, float, 
             t -= sign * step
         if lo is not None and hi is not None:
             break
-        gt = g(t)
-    else:
+    if lo is None or hi is None:
+        side = "below" if hi is None else "above"
         raise InvalidParameterError(
-            f"target={target!r} is invalid for this question: the exact value did not cross it for "
-            f"{cal.parameter} between {math.exp(t - _MAX_BRACKET * step):.3g} and "
-            f"{math.exp(t + _MAX_BRACKET * step):.3g}"
+            f"target={target!r} is invalid for this question: the exact value stays {side} it for "
+            f"every {cal.parameter} with shift / noise scale in [{1 / _MAX_SHIFT:g}, {_MAX_SHIFT:g}] "
+            "(e.g. the subsampled Gaussian's 'add' direction tends to a finite limit as sigma -> 0; "
+            "docs/theory/calibration.md)"
         )
     best = lo if abs(lo[1][0]) < abs(hi[1][0]) else hi
     for _ in range(_MAX_ITER):

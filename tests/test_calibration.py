@@ -231,6 +231,8 @@ def test_cli_calibrate_json():
             "subsampled-gaussian",
             "--target",
             "1",
+            "--divergence",
+            "kl",
         ],
         capture_output=True,
         text=True,

@@ -227,6 +227,11 @@ def calibrate_cmd(
     check_choice("format", output_format, FORMATS)
     check_choice("mechanism", mechanism, ("laplace", "gaussian", "subsampled-gaussian"))
     family = mechanism.replace("-", "_")
+    if family == "subsampled_gaussian" and sampling_rate is None:
+        raise InvalidParameterError(
+            "sampling_rate=None is invalid for mechanism 'subsampled-gaussian': give "
+            "--sampling-rate q in (0, 1]"
+        )
     t0 = time.perf_counter()
     res = calibrate(
         family,

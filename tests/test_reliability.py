@@ -36,6 +36,7 @@ import pytest
 import cbdp_jax
 from cbdp_jax import InvalidParameterError, analytic, exact
 from cbdp_jax.adversaries import make_adversary
+from cbdp_jax.calibration import calibrate
 from cbdp_jax.checkpoint import UnitStore
 from cbdp_jax.divergences import get_divergence
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
@@ -45,6 +46,7 @@ from cbdp_jax.mechanisms import (
     LaplaceMechanism,
     NeighbouringPair,
     NonPrivateRelease,
+    SubsampledGaussianMechanism,
     make_mechanism,
 )
 
@@ -191,6 +193,15 @@ API_CASES = [
         ("unit_ids", "unique"),
         id="UnitStore.run-duplicate-ids",
     ),
+    # the exact layer's degree limits and refusals; calibration; the subsampled Gaussian (branch exact)
+    pytest.param(lambda: exact.restricted_divergence(exact.laplace_pair(1.0), "renyi", "poly", degree=41, alpha=2.0), ("degree=41", "[1, 40]", "laplace"), id="exact.poly-degree-above-limit"),
+    pytest.param(lambda: exact.restricted_divergence_degrees(exact.gaussian_pair(1.0), "renyi", 23, alpha=2.0), ("degree=23", "[1, 22]"), id="exact.degrees-above-limit"),
+    pytest.param(lambda: exact.restricted_divergence(exact.laplace_pair(5.0), "kl", "poly", degree=4), ("degree=4", "could not be certified", "strict=False"), id="exact.poly-uncertified"),
+    pytest.param(lambda: exact.subsampled_gaussian_pair(1.0, 0.0), ("sampling_rate=0.0", "(0.0, 1.0]"), id="exact.subsampled-q=0"),
+    pytest.param(lambda: SubsampledGaussianMechanism(sigma=1.0, sampling_rate=2.0), ("sampling_rate=2.0", "(0.0, 1.0]"), id="SubsampledGaussianMechanism-q=2"),
+    pytest.param(lambda: calibrate("gaussian", -1.0, "linear", "kl"), ("target=-1.0", "> 0"), id="calibrate-target-negative"),
+    pytest.param(lambda: calibrate("subsampled_gaussian", 1.0, "linear", "kl"), ("sampling_rate=None", "must be given"), id="calibrate-no-sampling-rate"),
+    pytest.param(lambda: calibrate("laplace", 1.0, "linear", "renyi", alpha=2.0, steps=3), ("steps=3", "exact only"), id="calibrate-steps-not-covered"),
 ]  # fmt: skip
 
 
@@ -268,6 +279,9 @@ CLI_CASES = [
     (("rerun", "/nonexistent/result.json"), ("result_json=", "not a result.json")),
     (("rerun", "{NOT_A_RESULT}"), ("result_json=", "not a result.json")),
     (("reproduce", "fig9", "--out", "{TMP}"), ("experiment='fig9'", "'paper'", "'all'")),
+    (("exact", "--adversary", "poly", "--degree", "41", "--divergence", "renyi", "--alpha", "2"), ("degree=41", "[1, 40]")),
+    (("calibrate", "--mechanism", "subsampled-gaussian", "--divergence", "kl"), ("sampling_rate=None", "--sampling-rate")),
+    (("calibrate", "--mechanism", "gaussian", "--divergence", "kl", "--target", "0"), ("target=0.0", "> 0")),
 ]
 CLI_OPTION_CASES = [
     pytest.param(

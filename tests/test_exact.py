@@ -283,7 +283,9 @@ def test_fform_at_optimum_equals_tight_form(pair, div, adv, degree, alpha):
     # The plain f-form (Divergence.conjugate at the rescaled / shifted optimum; ``f_value``) and the
     # solver's form (scale-free Renyi / Donsker-Varadhan; ``tight_value`` = ``value``) differ only by
     # rounding at the optimum.
-    plain = math.log1p(alpha * (alpha - 1) * r.f_value) / (alpha - 1) if div == "renyi" else r.f_value
+    plain = (
+        math.log1p(alpha * (alpha - 1) * r.f_value) / (alpha - 1) if div == "renyi" else r.f_value
+    )
     assert plain == pytest.approx(r.tight_value, rel=1e-10, abs=1e-13)
     assert r.value == r.tight_value
 

@@ -279,9 +279,18 @@ CLI_CASES = [
     (("rerun", "/nonexistent/result.json"), ("result_json=", "not a result.json")),
     (("rerun", "{NOT_A_RESULT}"), ("result_json=", "not a result.json")),
     (("reproduce", "fig9", "--out", "{TMP}"), ("experiment='fig9'", "'paper'", "'all'")),
-    (("exact", "--adversary", "poly", "--degree", "41", "--divergence", "renyi", "--alpha", "2"), ("degree=41", "[1, 40]")),
-    (("calibrate", "--mechanism", "subsampled-gaussian", "--divergence", "kl"), ("sampling_rate=None", "--sampling-rate")),
-    (("calibrate", "--mechanism", "gaussian", "--divergence", "kl", "--target", "0"), ("target=0.0", "> 0")),
+    (
+        ("exact", "--adversary", "poly", "--degree", "41", "--divergence", "renyi", "--alpha", "2"),
+        ("degree=41", "[1, 40]"),
+    ),
+    (
+        ("calibrate", "--mechanism", "subsampled-gaussian", "--divergence", "kl"),
+        ("sampling_rate=None", "--sampling-rate"),
+    ),
+    (
+        ("calibrate", "--mechanism", "gaussian", "--divergence", "kl", "--target", "0"),
+        ("target=0.0", "> 0"),
+    ),
 ]
 CLI_OPTION_CASES = [
     pytest.param(

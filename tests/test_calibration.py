@@ -162,6 +162,16 @@ def test_implicit_gradient_matches_central_differences_at_20_points():
     assert max(errors) < 1e-5, errors
 
 
+def test_feature_map_classes_calibrate_like_the_classes_they_span():
+    """A feature map x -> (x, x^2) spans poly_2: same calibrated noise by a different parametrisation
+    (column-scaled features instead of orthonormal polynomials)."""
+    quad = lambda x: np.stack([x, x * x], axis=1)  # noqa: E731
+    by_map = calibrate("gaussian", 0.8, quad, "renyi", alpha=3.0)
+    by_poly = calibrate("gaussian", 0.8, "poly", "renyi", alpha=3.0, degree=2)
+    assert by_map.noise == pytest.approx(by_poly.noise, rel=1e-7)
+    assert by_map.to_dict()["adversary"] == "feature_map"
+
+
 def test_exact_value_works_under_jit_and_vmap():
     cal = CASES[0]
     f = jax.jit(exact_value, static_argnums=1)

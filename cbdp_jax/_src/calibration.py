@@ -57,7 +57,8 @@ class Calibration:
     Attributes:
       family: ``'laplace'`` (calibrates epsilon), ``'gaussian'`` or ``'subsampled_gaussian'``
         (calibrate sigma).
-      adversary: ``'linear'``, ``'poly'`` or ``'unrestricted'``.
+      adversary: ``'linear'``, ``'poly'``, ``'unrestricted'``, or a feature map (a callable
+        ``x [n] -> [n, m]``; the class is {b + w . phi(x)}, 1-D).
       divergence: ``'kl'`` or ``'renyi'``.
       alpha: The Renyi order (> 1) for ``'renyi'``, else None.
       degree: The polynomial degree for ``'poly'`` (1 otherwise).
@@ -69,7 +70,7 @@ class Calibration:
     """
 
     family: str
-    adversary: str
+    adversary: Any
     divergence: str
     alpha: float | None = None
     degree: int = 1
@@ -80,7 +81,12 @@ class Calibration:
 
     def __post_init__(self) -> None:
         check_choice("family", self.family, CALIBRATION_FAMILIES)
-        check_choice("adversary", self.adversary, CALIBRATION_ADVERSARIES)
+        if not callable(self.adversary):
+            check_choice(
+                "adversary",
+                self.adversary,
+                CALIBRATION_ADVERSARIES + ("<a callable feature map x [n] -> [n, m]>",),
+            )
         check_choice("divergence", self.divergence, CALIBRATION_DIVERGENCES)
         check_choice("direction", self.direction, ex.DIRECTIONS)
         if self.divergence == "renyi":
@@ -91,7 +97,7 @@ class Calibration:
             _fail("alpha", self.alpha, "must be None for divergence 'kl'", "only 'renyi' uses it")
         degree = check_int_at_least("degree", self.degree, 1)
         if self.adversary != "poly" and degree != 1:
-            _fail("degree", self.degree, f"must be 1 for adversary {self.adversary!r}")
+            _fail("degree", self.degree, f"must be 1 for adversary {self.label!r}")
         object.__setattr__(self, "degree", degree)
         object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
         object.__setattr__(self, "steps", check_int_at_least("steps", self.steps, 1))
@@ -107,6 +113,13 @@ class Calibration:
                 f"must be None for family {self.family!r}",
                 "only 'subsampled_gaussian' samples",
             )
+
+    @property
+    def label(self) -> str:
+        """The class's name: ``'linear'``, ``'poly_k'``, ``'unrestricted'`` or ``'feature_map'``."""
+        if callable(self.adversary):
+            return "feature_map"
+        return self.adversary if self.adversary != "poly" else f"poly_{self.degree}"
 
     @property
     def parameter(self) -> str:
@@ -167,7 +180,7 @@ class CalibrationResult:
         name = c.parameter
         return {
             "mechanism": c.family,
-            "adversary": c.adversary if c.adversary != "poly" else f"poly_{c.degree}",
+            "adversary": c.label,
             "divergence": c.divergence,
             "alpha": c.alpha,
             "sensitivity": c.sensitivity,
@@ -311,7 +324,7 @@ def calibrate(
     Args:
       family: ``'laplace'``, ``'gaussian'`` or ``'subsampled_gaussian'``.
       target: The target privacy loss, > 0 (on the reported scale: Renyi for ``'renyi'``).
-      adversary: ``'linear'``, ``'poly'`` or ``'unrestricted'``.
+      adversary: ``'linear'``, ``'poly'``, ``'unrestricted'`` or a feature map ``x [n] -> [n, m]``.
       divergence: ``'kl'`` or ``'renyi'``.
       alpha: The Renyi order, > 1, for ``'renyi'``.
       degree: The polynomial degree for ``'poly'``.

@@ -87,11 +87,11 @@ def _check_steps_case(pair: ex.NoisePair, name: str, adversary: str, steps: int)
         return "single"
     if pair.dim != 1:
         _fail("pair", pair.label, "must be 1-dimensional for a T-step value (steps > 1)")
-    if adversary == "unrestricted":
+    if isinstance(adversary, str) and adversary == "unrestricted":
         if name not in ("kl", "renyi"):
             _fail("divergence", name, "must be 'kl' or 'renyi' for an unrestricted T-step value")
         return "unrestricted"
-    if adversary == "linear" and pair.family in ("gaussian", "subsampled_gaussian"):
+    if isinstance(adversary, str) and adversary == "linear" and pair.family != "laplace":
         return "sum"
     if name == "kl":
         return "additive"
@@ -119,8 +119,8 @@ def composed_divergence(
       pair: The one-step pair (a :class:`~cbdp_jax.exact.NoisePair` or a mechanism), 1-D for T > 1.
       divergence: ``'kl'`` or ``'renyi'``.
       steps: T, an integer >= 1.
-      adversary: ``'linear'``, ``'poly'`` (for T > 1 the additive class sum_t p_t(x_t)) or
-        ``'unrestricted'``.
+      adversary: ``'linear'``, ``'poly'`` (for T > 1 the additive class sum_t p_t(x_t)),
+        ``'unrestricted'``, or a 1-D feature map ``x [n] -> [n, m]`` (for T > 1: KL only, additive).
       degree: The polynomial degree for ``'poly'``.
       alpha: The Renyi order (> 1) for ``'renyi'``.
 
@@ -163,7 +163,7 @@ def value_and_slope(
         _fail("alpha", alpha, "must be None for divergence 'kl'", "only 'renyi' uses it")
     case = _check_steps_case(pair, name, adversary, steps)
     noise = 1.0 / pair.scale if pair.family == "laplace" else pair.scale
-    if adversary == "unrestricted":
+    if isinstance(adversary, str) and adversary == "unrestricted":
         return _unrestricted(pair, name, a, steps, noise)
     if case == "sum":
         law, unit = _sum_law(pair, steps)
@@ -213,6 +213,11 @@ def _solve(pair, law, unit, name, adversary, degree, alpha):
     sol = ex._solve_1d(law, unit, name, adv, [alpha], "abs", 4, 1e-10)[0]
     res = ex._from_solution(pair, name, adv, alpha, "abs", sol)
     ex._refuse_uncertified([res])
+    if not res.converged:  # a feature map (polynomial classes were refused just above)
+        raise InvalidParameterError(
+            f"adversary={adversary!r} is invalid here: the exact value could not be certified "
+            f"({res.reason})"
+        )
     return res, sol
 
 

@@ -77,11 +77,23 @@ def _print_record(title: str, fields: list[tuple[str, Any]]) -> None:
     typer.echo(render_record(title, fields, Console().width).rstrip("\n"))
 
 
-def _noise_pair(mechanism: str, epsilon: float | None, sigma: float | None, sensitivity):
+def _noise_pair(
+    mechanism: str,
+    epsilon: float | None,
+    sigma: float | None,
+    sensitivity,
+    sampling_rate: float | None = None,
+    direction: str = "remove",
+):
     from cbdp_jax import exact
 
-    check_choice("mechanism", mechanism, ("laplace", "gaussian"))
+    check_choice("mechanism", mechanism, ("laplace", "gaussian", "subsampled-gaussian"))
     sens = 1.0 if sensitivity is None else sensitivity
+    if mechanism != "subsampled-gaussian" and sampling_rate is not None:
+        raise InvalidParameterError(
+            f"sampling_rate={sampling_rate!r} is invalid for mechanism {mechanism!r}: only "
+            "'subsampled-gaussian' takes --sampling-rate"
+        )
     if mechanism == "laplace":
         if sigma is not None:
             raise InvalidParameterError(
@@ -90,8 +102,17 @@ def _noise_pair(mechanism: str, epsilon: float | None, sigma: float | None, sens
         return exact.laplace_pair(1.0 if epsilon is None else epsilon, sens)
     if epsilon is not None:
         raise InvalidParameterError(
-            f"epsilon={epsilon!r} is invalid for mechanism 'gaussian': it takes --sigma, --sensitivity"
+            f"epsilon={epsilon!r} is invalid for mechanism {mechanism!r}: it takes --sigma, "
+            "--sensitivity"
         )
+    if mechanism == "subsampled-gaussian":
+        if sampling_rate is None:
+            raise InvalidParameterError(
+                "sampling_rate=None is invalid for mechanism 'subsampled-gaussian': give "
+                "--sampling-rate q in (0, 1]"
+            )
+        s = 1.0 if sigma is None else sigma
+        return exact.subsampled_gaussian_pair(s, sampling_rate, sens, direction)
     return exact.gaussian_pair(1.0 if sigma is None else sigma, sens)
 
 
@@ -126,12 +147,20 @@ def _check_adversary_flags(adversary: str, given: dict[str, Any]) -> None:
 
 @app.command("exact")
 def exact_cmd(
-    mechanism: Annotated[str, typer.Option(help="laplace or gaussian")] = "laplace",
+    mechanism: Annotated[
+        str, typer.Option(help="laplace, gaussian or subsampled-gaussian")
+    ] = "laplace",
     epsilon: Annotated[float | None, typer.Option(help="Laplace: noise scale 1/epsilon")] = None,
     sigma: Annotated[float | None, typer.Option(help="Gaussian: noise standard deviation")] = None,
     sensitivity: Annotated[
         str | None, typer.Option(help="per-coordinate shift, e.g. 1,0.5")
     ] = None,
+    sampling_rate: Annotated[
+        float | None, typer.Option(help="subsampled-gaussian: Poisson sampling rate q")
+    ] = None,
+    direction: Annotated[
+        str, typer.Option(help="subsampled-gaussian: remove (P is the mixture) or add")
+    ] = "remove",
     adversary: Annotated[str, typer.Option(help="linear, poly or unrestricted")] = "linear",
     degree: Annotated[
         int | None, typer.Option(help="polynomial degree for --adversary poly (default 2)")
@@ -155,7 +184,7 @@ def exact_cmd(
         )
     degree = 2 if degree is None else check_int_at_least("degree", degree, 1)
     sens = _parse_sensitivity(sensitivity)
-    pair = _noise_pair(mechanism, epsilon, sigma, sens)
+    pair = _noise_pair(mechanism, epsilon, sigma, sens, sampling_rate, direction)
     t0 = time.perf_counter()
     if adversary == "unrestricted":
         value = float(exact.unrestricted_divergence(pair, divergence, alpha=alpha))
@@ -173,6 +202,10 @@ def exact_cmd(
         extra = {
             "converged": bool(res.converged),
             "reason": res.reason,
+            "newton_decrement": res.newton_decrement,
+            "gradient_norm": res.gradient_norm,
+            "monotone_checked": res.monotone_checked,
+            "previous_value": res.previous_value,
             "theta": [float(t) for t in res.theta] if res.theta is not None else None,
         }
     record = {
@@ -183,7 +216,8 @@ def exact_cmd(
         "degree": degree if adversary == "poly" else None,
         "mechanism": mechanism,
         "epsilon": (1.0 if epsilon is None else epsilon) if mechanism == "laplace" else None,
-        "sigma": (1.0 if sigma is None else sigma) if mechanism == "gaussian" else None,
+        "sigma": (1.0 if sigma is None else sigma) if mechanism != "laplace" else None,
+        "sampling_rate": sampling_rate,
         "sensitivity": list(sens) if sens is not None else [1.0],
         "convention": convention,
         **extra,
@@ -192,9 +226,66 @@ def exact_cmd(
     if output_format == "json":
         typer.echo(to_json(record))
     else:
-        # Fields that do not apply (None: sigma for Laplace, alpha for KL, no reason) are left out.
-        shown = [(k, v) for k, v in record.items() if v is not None and k != "theta"]
+        # Fields that do not apply (None: sigma for Laplace, alpha for KL, no reason) and the solver's
+        # internals (--format json has them) are left out.
+        hidden = ("theta", "newton_decrement", "gradient_norm", "previous_value")
+        shown = [(k, v) for k, v in record.items() if v is not None and k not in hidden]
         _print_record("cbdp exact", shown)
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    mechanism: Annotated[
+        str, typer.Option(help="laplace, gaussian or subsampled-gaussian")
+    ] = "gaussian",
+    target: Annotated[float, typer.Option(help="the target privacy loss, > 0")] = 1.0,
+    adversary: Annotated[str, typer.Option(help="linear, poly or unrestricted")] = "linear",
+    degree: Annotated[int, typer.Option(help="polynomial degree for --adversary poly")] = 1,
+    divergence: Annotated[str, typer.Option(help="kl or renyi")] = "renyi",
+    alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
+    sensitivity: Annotated[float, typer.Option(help="the shift v (clipping norm), > 0")] = 1.0,
+    sampling_rate: Annotated[
+        float | None, typer.Option(help="subsampled-gaussian: Poisson sampling rate q")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="T non-adaptive steps composed")] = 1,
+    direction: Annotated[
+        str, typer.Option(help="subsampled-gaussian: remove (P is the mixture) or add")
+    ] = "remove",
+    output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+) -> None:
+    """The least noise whose exact restricted privacy loss meets the target, beside the unrestricted."""
+    from cbdp_jax._src.io import to_json
+    from cbdp_jax.calibration import calibrate
+
+    check_choice("format", output_format, FORMATS)
+    check_choice("mechanism", mechanism, ("laplace", "gaussian", "subsampled-gaussian"))
+    family = mechanism.replace("-", "_")
+    if family == "subsampled_gaussian" and sampling_rate is None:
+        raise InvalidParameterError(
+            "sampling_rate=None is invalid for mechanism 'subsampled-gaussian': give "
+            "--sampling-rate q in (0, 1]"
+        )
+    t0 = time.perf_counter()
+    res = calibrate(
+        family,
+        target,
+        adversary,
+        divergence,
+        alpha=alpha,
+        degree=degree,
+        sensitivity=sensitivity,
+        sampling_rate=sampling_rate,
+        steps=steps,
+        direction=direction,
+    )
+    record = {**res.to_dict(), "seconds": time.perf_counter() - t0}
+    record["mechanism"] = mechanism
+    if output_format == "json":
+        typer.echo(to_json(record))
+        return
+    name = res.calibration.parameter
+    columns = ["adversary", "divergence", "target", name, f"unrestricted_{name}", "noise_saved"]
+    _print_record("cbdp calibrate", [(k, record[k]) for k in columns])
 
 
 def _make_mechanism(mechanism: str, epsilon, sigma, sensitivity, k: int):

@@ -12,6 +12,7 @@ from cbdp_jax._src.mechanisms import NeighbouringPair as NeighbouringPair
 from cbdp_jax._src.mechanisms import NonPrivateRelease as NonPrivateRelease
 from cbdp_jax._src.mechanisms import PostProcessed as PostProcessed
 from cbdp_jax._src.mechanisms import RandomizedResponse as RandomizedResponse
+from cbdp_jax._src.mechanisms import SubsampledGaussianMechanism as SubsampledGaussianMechanism
 from cbdp_jax._src.mechanisms import canonical_pair as canonical_pair
 from cbdp_jax._src.mechanisms import linear_post_processing as linear_post_processing
 from cbdp_jax._src.mechanisms import make_mechanism as make_mechanism
@@ -29,6 +30,7 @@ __all__ = [
     "NonPrivateRelease",
     "PostProcessed",
     "RandomizedResponse",
+    "SubsampledGaussianMechanism",
     "canonical_pair",
     "linear_post_processing",
     "make_mechanism",

@@ -36,6 +36,7 @@ import pytest
 import cbdp_jax
 from cbdp_jax import InvalidParameterError, analytic, exact
 from cbdp_jax.adversaries import AdversarySpec, make_adversary
+from cbdp_jax.calibration import calibrate
 from cbdp_jax.checkpoint import UnitStore
 from cbdp_jax.divergences import get_divergence
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
@@ -45,6 +46,7 @@ from cbdp_jax.mechanisms import (
     LaplaceMechanism,
     NeighbouringPair,
     NonPrivateRelease,
+    SubsampledGaussianMechanism,
     make_mechanism,
 )
 from cbdp_jax.sweep import estimate_sweep
@@ -201,6 +203,15 @@ API_CASES = [
     pytest.param(lambda: estimate_from_samples(KEY, P1, Q1, adversary="mlp", degree=3, config=TINY), ("degree=3", "'mlp'", "width, depth, bound"), id="estimate_from_samples-mlp-with-degree"),
     pytest.param(lambda: estimate_from_samples(KEY, P1, Q1, adversary=make_adversary("poly", degree=2), degree=3, config=TINY), ("degree=3", "poly_2", "AdversarySpec"), id="estimate_from_samples-spec-with-options"),
     pytest.param(lambda: estimate_sweep(KEY, LaplaceMechanism(epsilon=1.0), adversaries=("linear", "poly"), width=8), ("width=8", "'linear'", "'mlp'"), id="estimate_sweep-option-no-class-takes"),
+    # the exact layer's degree limits and refusals; calibration; the subsampled Gaussian (branch exact)
+    pytest.param(lambda: exact.restricted_divergence(exact.laplace_pair(1.0), "renyi", "poly", degree=41, alpha=2.0), ("degree=41", "[1, 40]", "laplace"), id="exact.poly-degree-above-limit"),
+    pytest.param(lambda: exact.restricted_divergence_degrees(exact.gaussian_pair(1.0), "renyi", 23, alpha=2.0), ("degree=23", "[1, 22]"), id="exact.degrees-above-limit"),
+    pytest.param(lambda: exact.restricted_divergence(exact.laplace_pair(5.0), "kl", "poly", degree=4), ("degree=4", "could not be certified", "strict=False"), id="exact.poly-uncertified"),
+    pytest.param(lambda: exact.subsampled_gaussian_pair(1.0, 0.0), ("sampling_rate=0.0", "(0.0, 1.0]"), id="exact.subsampled-q=0"),
+    pytest.param(lambda: SubsampledGaussianMechanism(sigma=1.0, sampling_rate=2.0), ("sampling_rate=2.0", "(0.0, 1.0]"), id="SubsampledGaussianMechanism-q=2"),
+    pytest.param(lambda: calibrate("gaussian", -1.0, "linear", "kl"), ("target=-1.0", "> 0"), id="calibrate-target-negative"),
+    pytest.param(lambda: calibrate("subsampled_gaussian", 1.0, "linear", "kl"), ("sampling_rate=None", "must be given"), id="calibrate-no-sampling-rate"),
+    pytest.param(lambda: calibrate("laplace", 1.0, "linear", "renyi", alpha=2.0, steps=3), ("steps=3", "exact only"), id="calibrate-steps-not-covered"),
 ]  # fmt: skip
 
 
@@ -281,6 +292,18 @@ CLI_CASES = [
         ("result_json=", "not a result.json", "no 'cli_args' field", "value"),
     ),
     (("reproduce", "fig9", "--out", "{TMP}"), ("experiment='fig9'", "'paper'", "'all'")),
+    (
+        ("exact", "--adversary", "poly", "--degree", "41", "--divergence", "renyi", "--alpha", "2"),
+        ("degree=41", "[1, 40]"),
+    ),
+    (
+        ("calibrate", "--mechanism", "subsampled-gaussian", "--divergence", "kl"),
+        ("sampling_rate=None", "--sampling-rate"),
+    ),
+    (
+        ("calibrate", "--mechanism", "gaussian", "--divergence", "kl", "--target", "0"),
+        ("target=0.0", "> 0"),
+    ),
 ]
 CLI_OPTION_CASES = [
     pytest.param(
@@ -561,7 +584,9 @@ def test_exact_values_at_extremes_never_nan_and_below_the_unrestricted_value(fam
         # The quadrature's unrestricted value against the closed form: 1e-7 relative (the quadrature is
         # accurate to ~1e-12 relative on these smooth integrands; 1e-7 leaves room at alpha = 100).
         assert unres.value == pytest.approx(ref, rel=1e-7), label
-        res = exact.restricted_divergence(pair, div, adv, degree=deg, alpha=alpha)
+        # strict=False: this test checks what an uncertified value looks like (never NaN, with a
+        # reason); the default refuses it (e.g. sigma = 0.05, alpha = 1.01, as before the rewrite).
+        res = exact.restricted_divergence(pair, div, adv, degree=deg, alpha=alpha, strict=False)
         assert not math.isnan(res.value) and not math.isnan(res.f_value), label
         assert math.isfinite(res.value) or res.reason, label  # +inf only with a reason
         if not res.converged:

@@ -20,9 +20,17 @@ the best start. The solver works with the tighter, equivalent forms of MATH.md s
   (``divergences.alpha_optimal_scale``).
 * Pearson chi^2, squared Hellinger, Jensen-Shannon: the plain f-form (concave).
 
-The reported ``value`` is always the plain f-form E_P[h*] - E_Q[f*(h*)] evaluated at the optimum h* with
-the project's :class:`~cbdp_jax.divergences.Divergence` conjugate (mapped to the Renyi scale for
-``'renyi'``); ``tight_value`` is the solver's form. They agree at the optimum (tested).
+The reported ``value`` is the solver's tight form at the optimum, evaluated on normalised quadrature
+weights with log1p / expm1 (so values down to ~1e-7 keep ~1e-13 relative accuracy); ``f_value`` is the
+plain f-form E_P[h*] - E_Q[f*(h*)] with the project's :class:`~cbdp_jax.divergences.Divergence`
+conjugate at the same h*. They agree at the optimum (tested).
+
+Polynomial (and 1-D linear) classes are parametrised by polynomials orthonormal under (P + Q) / 2, rebuilt
+between rounds under the Hessian's weight for the alpha family, solved degree by degree, and certified:
+a Newton decrement below ``GAP_TOL``, monotonicity in the degree, and the quadrature checks. Degrees above
+``DEGREE_LIMITS`` are refused, and (``strict``) so is a value that fails its certificate; the Gaussian KL
+is exact by structure at every degree. See docs/theory/exact_solver.md. The Poisson-subsampled Gaussian
+pair (both directions) is a family here too (docs/theory/subsampled_gaussian.md).
 
 Domains (where E_Q[f*(h)] is finite). Only KL has an unbounded-above conjugate that grows faster than
 every polynomial, so only KL needs care: E_Q[exp(h)] is finite iff
@@ -63,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cbdp_jax._src import orthopoly
 from cbdp_jax._src import quadrature as quad
 from cbdp_jax._src.divergences import (
     DIVERGENCE_NAMES,
@@ -82,7 +91,8 @@ from cbdp_jax._src.validation import (
     check_vector,
 )
 
-FAMILIES = ("laplace", "gaussian", "point_mass")
+FAMILIES = ("laplace", "gaussian", "point_mass", "subsampled_gaussian")
+DIRECTIONS = ("remove", "add")
 ADVERSARIES = ("linear", "poly")
 
 _KL_EXTENT = 2.0**24  # tail reach (scale units) for KL: E_Q[exp(a x)] decays like exp(-(1 - |u|) z)
@@ -93,6 +103,19 @@ _LIN_KL_MARGIN = (
 _MAX_ROUNDS = 8  # grid-refinement rounds (roots of h and integrand modes move with theta)
 _MAX_ITER = 100  # Newton iterations per round
 _ROUND0_ITER = 25  # Newton iterations on the first (unsplit) grid
+# The largest polynomial degree whose exact value is certified, per noise family and divergence group
+# ('alpha' covers 'renyi' and 'alpha'; 'other' the degenerate 'tv', 'hellinger', 'js', exact 0 at every
+# degree). Chosen by measurement: benchmarks/exact_degree_limits.py, docs/theory/exact_solver.md,
+# section 5. Above the limit the exact layer refuses (InvalidParameterError naming `degree`).
+DEGREE_LIMITS: dict[str, dict[str, int]] = {
+    "laplace": {"kl": 7, "alpha": 40, "chi2": 40, "other": 40},
+    "gaussian": {"kl": 48, "alpha": 22, "chi2": 22, "other": 48},
+    "point_mass": {"kl": 48, "alpha": 48, "chi2": 48, "other": 48},
+    "subsampled_gaussian": {"kl": 3, "alpha": 15, "chi2": 15, "other": 15},
+}
+
+GAP_TOL = 1e-10  # converged needs newton_decrement^2 / 2 <= GAP_TOL (1 + |value|)
+_MONOTONE_TOL = 1e-9  # value(k) >= value(k - 1) - tol * (1 + |value(k - 1)|) certifies monotonicity
 _M_PAD = 4  # parameter vectors are padded to this length (one compilation for lin, poly_2, poly_3)
 _N_BUCKET = 4096  # node counts are padded to a power of two >= this (fewer recompilations)
 
@@ -110,19 +133,38 @@ class NoisePair:
     has density exp(-|x|/b) / (2b) per coordinate, Gaussian with scale s is N(0, s^2). The family
     ``'point_mass'`` is the non-private release P = delta_0, Q = delta_shift (``scale`` is 0).
 
+    The family ``'subsampled_gaussian'`` is one step of the Poisson-subsampled Gaussian mechanism with
+    sampling rate q: with M = (1 - q) N(0, s^2 I) + q N(v, s^2 I) (the record's contribution v is
+    added with probability q) and G = N(0, s^2 I), direction ``'remove'`` (D' = D without the
+    record) has P = M, Q = G and ``'add'`` has P = G, Q = M (docs/theory/subsampled_gaussian.md).
+
     Attributes:
-      family: ``'laplace'``, ``'gaussian'`` or ``'point_mass'``.
-      scale: The noise scale (1/eps for Laplace, sigma for Gaussian), > 0; 0 for point masses.
+      family: ``'laplace'``, ``'gaussian'``, ``'point_mass'`` or ``'subsampled_gaussian'``.
+      scale: The noise scale (1/eps for Laplace, sigma otherwise), > 0; 0 for point masses.
       shift: The per-coordinate shift v of Q (the sensitivity vector), finite; d = len(shift).
+      sampling_rate: The subsampled Gaussian's q in (0, 1]; must stay 1.0 for the other families.
+      direction: The subsampled Gaussian's ``'remove'`` or ``'add'``.
 
     """
 
     family: str
     scale: float
     shift: tuple[float, ...]
+    sampling_rate: float = 1.0
+    direction: str = "remove"
 
     def __post_init__(self) -> None:
         check_choice("family", self.family, FAMILIES)
+        check_choice("direction", self.direction, DIRECTIONS)
+        if self.family == "subsampled_gaussian":
+            rate = check_in_range("sampling_rate", self.sampling_rate, 0.0, 1.0, low_open=True)
+            object.__setattr__(self, "sampling_rate", rate)
+        elif float(self.sampling_rate) != 1.0:
+            _fail(
+                "sampling_rate",
+                self.sampling_rate,
+                "must be 1.0 unless family is 'subsampled_gaussian'",
+            )
         if self.family == "point_mass":
             if float(self.scale) != 0.0:
                 _fail("scale", self.scale, "must be 0 for family 'point_mass'")
@@ -140,7 +182,22 @@ class NoisePair:
     @property
     def label(self) -> str:
         """E.g. ``'laplace(scale=1, shift=(1))'``."""
-        return f"{self.family}(scale={self.scale:g}, shift=({', '.join(f'{v:g}' for v in self.shift)}))"
+        extra = ""
+        if self.family == "subsampled_gaussian":
+            extra = f", q={self.sampling_rate:g}, {self.direction}"
+        shift = ", ".join(f"{v:g}" for v in self.shift)
+        return f"{self.family}(scale={self.scale:g}, shift=({shift}){extra})"
+
+    def law(self, delta: float) -> _Law1D:
+        """The 1-D law in standardised units with the (signed) shift delta = shift / scale."""
+        if self.family != "subsampled_gaussian":
+            return _Law1D(self.family, float(delta))
+        q = self.sampling_rate
+        if q == 1.0:
+            weights, centres = (1.0,), (float(delta),)
+        else:
+            weights, centres = (1.0 - q, q), (0.0, float(delta))
+        return _Law1D("mixture", float(delta), weights, centres, self.direction == "remove")
 
 
 def laplace_pair(epsilon: float, sensitivity: float | Sequence[float] = 1.0) -> NoisePair:
@@ -177,6 +234,46 @@ def gaussian_pair(sigma: float, sensitivity: float | Sequence[float] = 1.0) -> N
     """
     s = check_positive("sigma", sigma)
     return NoisePair("gaussian", s, tuple(check_vector("sensitivity", sensitivity)))
+
+
+def subsampled_gaussian_pair(
+    sigma: float,
+    sampling_rate: float,
+    sensitivity: float | Sequence[float] = 1.0,
+    direction: str = "remove",
+) -> NoisePair:
+    """One step of the Poisson-subsampled Gaussian mechanism (DP-SGD with a summed gradient).
+
+    M = (1 - q) N(0, sigma^2 I) + q N(v, sigma^2 I) against G = N(0, sigma^2 I): direction
+    ``'remove'`` gives P = M, Q = G, ``'add'`` gives P = G, Q = M. With ||v||_2 = 1, sigma is DP-SGD's
+    noise multiplier.
+
+    Args:
+      sigma: The noise standard deviation, > 0.
+      sampling_rate: The Poisson sampling rate q in (0, 1].
+      sensitivity: The record's contribution v (a number or a vector).
+      direction: ``'remove'`` or ``'add'``.
+
+    Returns:
+      The pair (family ``'subsampled_gaussian'``).
+
+    Raises:
+      InvalidParameterError: If sigma is not finite and > 0, q is outside (0, 1], the sensitivity is
+        not finite, or the direction is unknown.
+
+    References:
+      Mironov, Talwar, Zhang, "Renyi Differential Privacy of the Sampled Gaussian Mechanism", 2019;
+      docs/theory/subsampled_gaussian.md.
+
+    """
+    s = check_positive("sigma", sigma)
+    return NoisePair(
+        "subsampled_gaussian",
+        s,
+        tuple(check_vector("sensitivity", sensitivity)),
+        sampling_rate,
+        direction,
+    )
 
 
 def point_mass_pair(shift: float | Sequence[float] = 1.0) -> NoisePair:
@@ -221,9 +318,14 @@ def noise_pair_from(mechanism: Any) -> NoisePair:
         return NoisePair(family, float(scale), tuple(sens))
     if family == "nonprivate" and sens is not None:
         return point_mass_pair(sens)
+    if family == "subsampled_gaussian" and sens is not None:
+        return subsampled_gaussian_pair(
+            float(mechanism.sigma), float(mechanism.sampling_rate), tuple(sens), mechanism.direction
+        )
     raise InvalidParameterError(
         f"mechanism={mechanism!r} is invalid: must be a Laplace, Gaussian or non-private mechanism "
-        "(attributes family in {'laplace', 'gaussian', 'nonprivate'}, noise_scale, sensitivity)"
+        "(attributes family in {'laplace', 'gaussian', 'nonprivate', 'subsampled_gaussian'}, "
+        "noise_scale, sensitivity)"
     )
 
 
@@ -247,9 +349,11 @@ class ExactResult(NamedTuple):
     """An exact (quadrature) divergence value with its optimiser and the inputs that produced it.
 
     Attributes:
-      value: The divergence on the reported scale (Renyi for ``'renyi'``): the plain f-form at the optimum
-        mapped by ``Divergence.to_reported``. ``+inf`` for separable pairs, never NaN.
-      f_value: The same on the f-divergence scale (the alpha-divergence for ``'renyi'``).
+      value: The divergence on the reported scale (Renyi for ``'renyi'``): the solver's tight form at
+        the optimum (equal to the plain f-form there, computed with less cancellation). ``+inf`` for
+        separable pairs, never NaN.
+      f_value: The plain f-form at the optimum on the f-divergence scale (the alpha-divergence for
+        ``'renyi'``).
       theta: The optimal parameters in the original units, ``theta[0]`` the constant, then one
         coefficient per feature (linear: a_1..a_d; poly: the coefficients of x, x^2, ..., x^k; a feature
         map: its columns), for the plain f-form. Empty where no optimum exists (``+inf``, unrestricted).
@@ -264,6 +368,21 @@ class ExactResult(NamedTuple):
       degree: The polynomial degree (1 for linear, None for a feature map or unrestricted).
       alpha: The order for ``'renyi'`` / ``'alpha'``, else None.
       convention: The alpha-divergence convention (``'abs'`` or ``'nonneg'``).
+      gradient_norm: The Euclidean norm of the gradient of the solver's objective (Renyi scale for the
+        alpha family, Donsker-Varadhan for KL, the f-form otherwise) at the returned optimum, in the
+        coordinates the solver ends in -- for linear and polynomial classes polynomials orthonormal
+        under (P + Q) / 2 (KL, chi^2) or under the weight of the objective's Hessian (alpha family).
+        0.0 where the value is exact by a structural argument; None where no solve ran.
+      newton_decrement: The certificate's first part: sqrt(g^T C^+ g) with g that gradient and C the
+        objective's curvature there; decrement^2 / 2 estimates how far the value can still be below
+        the supremum. ``converged`` requires decrement^2 / 2 <= ``GAP_TOL`` (1 + |value|) (and a
+        finite decrement: no gradient along a direction without curvature). Same None / 0.0 cases.
+      monotone_checked: The certificate's second part (polynomial and linear classes): True when the
+        value was checked to be >= ``previous_value`` - 1e-9 (1 + |previous_value|); the classes nest,
+        so a smaller value would prove the solve wrong (``converged`` is then False). False where no
+        comparison applies (feature maps, d > 1, structural values, unrestricted).
+      previous_value: The value of the next smaller class it was compared with (degree k - 1; for KL
+        the previous even degree, or linear; 0 for the constants below degree 1), else None.
 
     """
 
@@ -279,6 +398,10 @@ class ExactResult(NamedTuple):
     degree: int | None
     alpha: float | None
     convention: str
+    gradient_norm: float | None = None
+    newton_decrement: float | None = None
+    monotone_checked: bool = False
+    previous_value: float | None = None
 
     def __float__(self) -> float:
         """``float(result)`` is ``result.value`` (the reported-scale divergence)."""
@@ -309,6 +432,22 @@ class _Grid(NamedTuple):
     lwq: np.ndarray  # [N] log(weight * q)
     phi: np.ndarray  # [N, m] features (solver units)
     edge_mask: np.ndarray  # [N] nodes in the outermost tail panels (tail-mass check)
+    guard_lw: np.ndarray | None = (
+        None  # [G] pseudo log weights of probe points beyond the rule (KL)
+    )
+    guard_phi: np.ndarray | None = None  # [G, m] features at the probe points
+    guard_z: np.ndarray | None = None  # [G] the probe points
+
+    def with_features(self, features: Callable[[np.ndarray], np.ndarray]) -> _Grid:
+        """The same nodes and weights with the features recomputed (after a change of basis)."""
+        guard_phi = None if self.guard_z is None else features(self.guard_z)
+        return self._replace(phi=features(self.z), guard_phi=guard_phi)
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    """exp(x) with results below 1e-300 flushed to 0 (subnormal arithmetic is ~100x slower)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.exp(np.where(x > -690.0, x, -np.inf))
 
 
 def _log_weights(w: np.ndarray, logdens: np.ndarray) -> np.ndarray:
@@ -316,37 +455,154 @@ def _log_weights(w: np.ndarray, logdens: np.ndarray) -> np.ndarray:
         return np.log(w) + logdens
 
 
-@dataclasses.dataclass
-class _Geometry1D:
-    """A 1-D pair in standardised units: P = F(0, 1), Q = F(delta, 1), features phi(z) -> [n, m]."""
+@dataclasses.dataclass(frozen=True)
+class _Law1D:
+    """The two laws of a 1-D problem in standardised units (hashable: caches key on it).
+
+    ``'laplace'`` / ``'gaussian'``: P = F(0, 1), Q = F(delta, 1). ``'mixture'``: one side is the mixture
+    sum_j weights_j N(centres_j, 1) and the other N(0, 1) (P is the mixture when ``mixture_is_p``): the
+    Poisson-subsampled Gaussian (two components) and the law of its T-step sum (a binomial mixture).
+    ``delta`` is then the largest centre, the problem's length scale.
+    """
 
     family: str
     delta: float
+    weights: tuple[float, ...] = ()
+    centres: tuple[float, ...] = ()
+    mixture_is_p: bool = True
+
+    @property
+    def tails(self) -> str:
+        """``'laplace'`` (exponential tails) or ``'gaussian'``."""
+        return "laplace" if self.family == "laplace" else "gaussian"
+
+    @property
+    def kinks(self) -> list[float]:
+        return [0.0, self.delta] if self.family == "laplace" else []
+
+    @property
+    def grid_centres(self) -> list[float]:
+        """Points the uniform panels must cover (at most 6 units apart, so no gap opens)."""
+        if self.family != "mixture":
+            return [0.0, self.delta]
+        top = max(self.centres)
+        return [0.0, *np.arange(min(self.centres), top, 6.0).tolist(), top]
+
+    def _log_mixture(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        c = np.asarray(self.centres)
+        lw = np.log(np.asarray(self.weights))
+        terms = lw[None, :] - 0.5 * (z[:, None] - c[None, :]) ** 2
+        top = np.max(terms, axis=1)
+        return top + np.log(np.sum(np.exp(terms - top[:, None]), axis=1)) - quad._LOG_SQRT_2PI
+
+    def _mixture_score(self, z: np.ndarray, noise: float) -> np.ndarray:
+        c = np.asarray(self.centres)
+        terms = np.log(np.asarray(self.weights))[None, :] - 0.5 * (z[:, None] - c[None, :]) ** 2
+        resp = np.exp(terms - np.max(terms, axis=1, keepdims=True))
+        resp /= resp.sum(axis=1, keepdims=True)
+        return np.sum(resp * ((z[:, None] - c[None, :]) ** 2 - 1.0), axis=1) / noise
+
+    def scores(self, z: np.ndarray, noise: float) -> tuple[np.ndarray, np.ndarray]:
+        """d/ds log p and d/ds log q at x = scale z, s the noise parameter (epsilon or sigma).
+
+        The shift in standardised units moves with s (delta = eps v or v / sigma), and so does the
+        scale; both are accounted for by differentiating the density in x at fixed x: Laplace with
+        rate eps: (1 - |z - c|) / eps; Gaussian with sigma: ((z - c)^2 - 1) / sigma, averaged over
+        the components with their posterior weights for a mixture (docs/theory/calibration.md).
+        """
+        z = np.asarray(z, dtype=np.float64)
+        if self.family == "laplace":
+            return (1.0 - np.abs(z)) / noise, (1.0 - np.abs(z - self.delta)) / noise
+        if self.family == "gaussian":
+            return (z * z - 1.0) / noise, ((z - self.delta) ** 2 - 1.0) / noise
+        mix, plain = self._mixture_score(z, noise), (z * z - 1.0) / noise
+        return (mix, plain) if self.mixture_is_p else (plain, mix)
+
+    def log_p(self, z: np.ndarray) -> np.ndarray:
+        if self.family != "mixture":
+            return quad.log_density(self.family, z, 0.0)
+        if self.mixture_is_p:
+            return self._log_mixture(z)
+        return quad.log_density("gaussian", z, 0.0)
+
+    def log_q(self, z: np.ndarray) -> np.ndarray:
+        if self.family != "mixture":
+            return quad.log_density(self.family, z, self.delta)
+        if self.mixture_is_p:
+            return quad.log_density("gaussian", z, 0.0)
+        return self._log_mixture(z)
+
+
+@dataclasses.dataclass
+class _Geometry1D:
+    """A 1-D pair in standardised units (P, Q from a :class:`_Law1D`), features phi(z) -> [n, m]."""
+
+    law: _Law1D
     features: Callable[[np.ndarray], np.ndarray]
     extent: float
+    half_width: float = 12.0  # uniform panels this far around each centre (grows with the degree)
+    guard: bool = False  # KL with a polynomial of degree >= 2: probe the far tails (see _guard)
+
+    @property
+    def delta(self) -> float:
+        return self.law.delta
 
     def grid(self, roots: Sequence[float] = (), centres: Sequence[float] = ()) -> _Grid:
-        kinks = [0.0, self.delta] if self.family == "laplace" else []
         z, w = quad.rule_1d(
-            [0.0, self.delta, *centres], kinks, roots, extent=self.extent, width=0.5
+            [*self.law.grid_centres, *centres],
+            self.law.kinks,
+            roots,
+            extent=self.extent,
+            width=0.5,
+            half_width=self.half_width,
         )
         lo, hi = z[0], z[-1]
         span = max(1.0, 0.05 * self.extent)
         edge = (z < lo + span) | (z > hi - span)
+        guard_lw = guard_phi = guard_z = None
+        if self.guard:
+            guard_z, guard_lw, guard_phi = self._guard(lo, hi)
         return _Grid(
             z,
-            _log_weights(w, quad.log_density(self.family, z, 0.0)),
-            _log_weights(w, quad.log_density(self.family, z, self.delta)),
+            _log_weights(w, self.law.log_p(z)),
+            _log_weights(w, self.law.log_q(z)),
             self.features(z),
             edge,
+            guard_lw,
+            guard_phi,
+            guard_z,
         )
+
+    def _guard(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Probe points beyond the rule's range, where E_Q[exp h] could still blow up unseen.
+
+        A polynomial h with a tiny negative leading coefficient can rise far beyond the last node
+        before it turns down; the rule then reports a finite E_Q[exp h] although the true one is
+        astronomically large. The probes sit at geometric distances (ratio 1.25) out to where the
+        features would overflow, each with pseudo log weight log q(z) + log(0.25 |z|) (the width of
+        a panel there); the solver treats a point whose exp(h) q exceeds 1e-12 of E_Q[exp h] at any
+        probe as outside the domain (docs/theory/exact_solver.md, section 3).
+        """
+        reach = max(abs(lo), abs(hi))
+        probe = self.features(np.array([reach]))
+        k = max(probe.shape[1], 1)
+        far = min(1e12, reach * math.exp(min(600.0 / k, 60.0)))
+        n = max(1, int(math.log(far / reach) / math.log(1.25)))
+        r = reach * 1.25 ** np.arange(1, n + 1)
+        z = np.concatenate([-r, r])
+        lq = self.law.log_q(z) + np.log(0.25 * np.abs(z))
+        with np.errstate(over="ignore", invalid="ignore"):
+            phi = self.features(z)
+        ok = np.all(np.isfinite(phi), axis=1)
+        return z[ok], lq[ok], phi[ok]
 
     def initial_grid(self) -> _Grid:
         return self.grid()
 
     def refined_grid(self, prob: _Problem, u: np.ndarray, grid: _Grid) -> _Grid:
         """A grid split at the roots of h (alpha family) and centred also on the integrand's mode."""
-        log_q = quad.log_density(self.family, grid.z, self.delta)
+        log_q = self.law.log_q(grid.z)
         roots: np.ndarray = np.zeros(0)
         if prob.kind.startswith("renyi"):
             mu = prob.mu_p(grid)
@@ -476,9 +732,12 @@ class _Problem:
     hi: np.ndarray
     starts: np.ndarray  # [S, m]
     to_theta: Callable[[np.ndarray], np.ndarray]  # standardised parameters -> original units
+    # Polynomial classes: (u, grid) -> (u, grid) in a basis adapted to the objective at u.
+    rebase: Callable[[np.ndarray, _Grid], tuple[np.ndarray, _Grid]] | None = None
+    basis_ref: Any = None  # polynomial classes: the current basis (a _BasisRef)
 
     def mu_p(self, grid: _Grid) -> np.ndarray:
-        return np.exp(grid.lwp) @ grid.phi
+        return _exp(grid.lwp) @ grid.phi
 
     def solver_data(self, grid: _Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         mu = self.mu_p(grid)
@@ -505,8 +764,24 @@ def _objective(kind: str, fname: str | None, phi, lw, mu, a_exp, u):
     return -(mu @ u - jnp.sum(jnp.where(valid, jnp.exp(lw) * conj(h), 0.0)))
 
 
-def _feasible(kind: str, fname: str | None, phi, lw, lo, hi, u):
+_EDGE_LOG_MASS = math.log(1e-12)  # DV: the tilted law may put at most this much on the edge panels
+
+
+def _feasible(kind: str, fname: str | None, phi, lw, lo, hi, edge, guard_phi, guard_lw, u):
+    """Whether u lies in the (numerical) domain of the objective.
+
+    For KL the true domain of E_Q[exp h] is open and its boundary is where h stops decaying in the
+    tails; a truncated quadrature rule cannot see the blow-up there, so a point whose tilted law
+    exp(h) q / E_Q[exp h] puts more than 1e-12 of its mass on the outermost panels counts as outside
+    (docs/theory/exact_solver.md, section 3).
+    """
     ok = jnp.all((u > lo) & (u < hi))
+    if kind == "dv":
+        s = lw + phi @ u
+        lse = jax.scipy.special.logsumexp
+        total = lse(s)
+        ok = ok & (lse(jnp.where(edge, s, -jnp.inf)) - total < _EDGE_LOG_MASS)
+        ok = ok & (jnp.max(guard_lw + guard_phi @ u) - total < _EDGE_LOG_MASS)
     if kind == "fform":
         sup = get_divergence(fname).conjugate_sup
         if math.isfinite(sup):
@@ -545,7 +820,9 @@ def _derivatives(kind: str, fname: str | None, phi, lw, mu, a_exp, u):
     return jax.grad(obj)(u), jax.hessian(obj)(u)
 
 
-def _newton_lane(kind, fname, max_iter, phi, lw, mu, a_exp, lo, hi, active, tol, u0):
+def _newton_lane(
+    kind, fname, max_iter, phi, lw, mu, a_exp, lo, hi, edge, guard_phi, guard_lw, active, tol, u0
+):
     """Damped Newton with backtracking from one start; returns (u, F(u), converged, iterations).
 
     ``active`` marks the real parameters; padded ones (zero features) get a unit Hessian entry and
@@ -554,7 +831,8 @@ def _newton_lane(kind, fname, max_iter, phi, lw, mu, a_exp, lo, hi, active, tol,
 
     def safe_f(u):
         val = _objective(kind, fname, phi, lw, mu, a_exp, u)
-        ok = _feasible(kind, fname, phi, lw, lo, hi, u) & jnp.isfinite(val)
+        feasible = _feasible(kind, fname, phi, lw, lo, hi, edge, guard_phi, guard_lw, u)
+        ok = feasible & jnp.isfinite(val)
         return jnp.where(ok, val, jnp.inf)
 
     f0 = safe_f(u0)
@@ -598,11 +876,15 @@ def _newton_lane(kind, fname, max_iter, phi, lw, mu, a_exp, lo, hi, active, tol,
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "fname"))
-def _solve_lanes(kind, fname, max_iter, phi, lw, mu, a_exp, lo, hi, active, tol, u0):
+def _solve_lanes(
+    kind, fname, max_iter, phi, lw, mu, a_exp, lo, hi, edge, guard_phi, guard_lw, active, tol, u0
+):
     """Vmapped Newton over lanes (one problem and one start each): [L, ...] -> u [L, m], F, conv, it."""
     lane = functools.partial(_newton_lane, kind, fname)
-    axes = (None, 0, 0, 0, 0, 0, 0, None, None, 0)
-    return jax.vmap(lane, in_axes=axes)(max_iter, phi, lw, mu, a_exp, lo, hi, active, tol, u0)
+    axes = (None, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None, 0)
+    return jax.vmap(lane, in_axes=axes)(
+        max_iter, phi, lw, mu, a_exp, lo, hi, edge, guard_phi, guard_lw, active, tol, u0
+    )
 
 
 def _pack(problems: list[_Problem], grids: list[_Grid], starts: list[np.ndarray]):
@@ -610,7 +892,8 @@ def _pack(problems: list[_Problem], grids: list[_Grid], starts: list[np.ndarray]
     n_max = max(g.lwq.size for g in grids)
     n_pad = max(_N_BUCKET, 2 ** math.ceil(math.log2(n_max)))
     m_real = problems[0].starts.shape[1]
-    m = max(m_real, _M_PAD)  # one compilation serves every class with up to _M_PAD parameters
+    # One compilation serves every class with up to _M_PAD parameters, then one per power of two.
+    m = max(_M_PAD, 2 ** math.ceil(math.log2(m_real)))
     starts = [np.pad(st, ((0, 0), (0, m - m_real))) for st in starts]
     owner = np.concatenate([np.full(st.shape[0], i) for i, st in enumerate(starts)])
     n_lanes = 2 ** math.ceil(math.log2(owner.size))
@@ -620,16 +903,26 @@ def _pack(problems: list[_Problem], grids: list[_Grid], starts: list[np.ndarray]
     phi = np.zeros((b, n_pad, m))
     lw = np.full((b, n_pad), -np.inf)
     mu = np.zeros((b, m))
+    edge = np.zeros((b, n_pad), dtype=bool)
     for i, (p, g) in enumerate(zip(problems, grids, strict=True)):
         ph, lq, mp = p.solver_data(g)
         phi[i, : lq.size, :m_real] = ph
         lw[i, : lq.size] = lq
         mu[i, :m_real] = mp
+        edge[i, : lq.size] = g.edge_mask
+    n_guard = max((0 if g.guard_lw is None else g.guard_lw.size) for g in grids)
+    g_pad = 2 ** math.ceil(math.log2(max(n_guard, 1)))
+    guard_phi = np.zeros((b, g_pad, m))
+    guard_lw = np.full((b, g_pad), -np.inf)
+    for i, g in enumerate(grids):
+        if g.guard_lw is not None and g.guard_lw.size:
+            guard_phi[i, : g.guard_lw.size, :m_real] = g.guard_phi
+            guard_lw[i, : g.guard_lw.size] = g.guard_lw
     a_exp = np.array([p.A for p in problems])
     pad = (0, m - m_real)
     lo = np.stack([np.pad(p.lo, pad, constant_values=-np.inf) for p in problems])
     hi = np.stack([np.pad(p.hi, pad, constant_values=np.inf) for p in problems])
-    lanes = tuple(x[owner] for x in (phi, lw, mu, a_exp, lo, hi))
+    lanes = tuple(x[owner] for x in (phi, lw, mu, a_exp, lo, hi, edge, guard_phi, guard_lw))
     return lanes, u0, owner, np.arange(m) < m_real
 
 
@@ -686,11 +979,11 @@ def _solve_problems(problems: list[_Problem], tol: float) -> list[dict[str, Any]
         grids = [
             p.geometry.refined_grid(p, ui, g) for p, ui, g in zip(problems, u, grids, strict=True)
         ]
-        # Warm start from the best point, repeated so the batch shape (and compilation) is reused.
-        warm = [
-            np.repeat(ui[None, :], p.starts.shape[0], axis=0)
-            for p, ui in zip(problems, u, strict=True)
-        ]
+        for i, p in enumerate(problems):
+            if p.rebase is not None:
+                u[i], grids[i] = p.rebase(u[i], grids[i])
+        # Warm start from the best point only (one lane per problem: the starts have done their job).
+        warm = [ui[None, :] for ui in u]
         u, f, conv = _run_solver(problems, grids, warm, tol)
         vals = np.array([_tight_value(p, fi) for p, fi in zip(problems, f, strict=True)])
         stable = np.abs(vals - prev) <= 10.0 * tol * np.abs(vals) + 1e-13
@@ -718,48 +1011,113 @@ def _conjugate(div: Divergence, h: np.ndarray) -> np.ndarray:
     return np.asarray(div.conjugate(jnp.asarray(padded)))[: h.size]
 
 
+def _conjugate_derivatives(div: Divergence, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and second derivatives of ``div.conjugate`` at h (elementwise, padded)."""
+    n_pad = max(_N_BUCKET, 2 ** math.ceil(math.log2(max(h.size, 1))))
+    padded = jnp.asarray(np.pad(h, (0, n_pad - h.size)))
+    d1 = jax.grad(div.conjugate)
+    slope = jax.vmap(d1)(padded)
+    bend = jax.vmap(jax.grad(d1))(padded)
+    return np.asarray(slope)[: h.size], np.asarray(bend)[: h.size]
+
+
+def _decrement(grad: np.ndarray, curv: np.ndarray) -> float:
+    """sqrt(g^T C^-1 g): the Newton decrement, whose square / 2 estimates the remaining gap.
+
+    Eigenvalues of C below 1e-12 of the largest are raised to that floor (a gradient along an almost
+    flat direction then counts as a large possible gain, never as none).
+    """
+    if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(curv))):
+        return math.inf
+    ev, vecs = np.linalg.eigh(0.5 * (curv + curv.T))
+    top = float(np.max(np.abs(ev))) if ev.size else 0.0
+    if top <= 0.0:
+        return 0.0 if not np.any(grad) else math.inf
+    proj = vecs.T @ grad
+    lam2 = float(np.sum(proj**2 / np.maximum(ev, 1e-12 * top)))
+    return math.sqrt(max(lam2, 0.0))
+
+
 def _evaluate(
     prob: _Problem, u: np.ndarray, grid: _Grid, converged: bool, stable: bool, tol: float
 ) -> dict[str, Any]:
-    """Plain f-form and tight form at the optimum, on the final grid, plus the quadrature checks."""
-    wp, wq = np.exp(grid.lwp), np.exp(grid.lwq)
+    """Plain f-form and tight form at the optimum, on the final grid, plus the quadrature checks.
+
+    Both are computed with the rule's P and Q weights normalised to mass 1 (the rule misses ~1e-15 of
+    each) and the tight form with log1p / expm1 around h = 1 (alpha family) or h = E_P h (KL), so a
+    value of 1e-7 keeps ~1e-14 relative accuracy; ``value`` is the tight form (equal to the f-form at
+    the optimum, and computed with less cancellation), ``f_value`` the plain f-form.
+    """
+    wp, wq = _exp(grid.lwp), _exp(grid.lwq)
+    wp, wq = wp / wp.sum(), wq / wq.sum()
     reason = None
     if prob.kind.startswith("renyi"):
         div = get_divergence("alpha", alpha=prob.alpha, convention=prob.convention)
         mu = wp @ grid.phi
-        h_q = 1.0 + (grid.phi - mu) @ u
+        hm1 = (grid.phi - mu) @ u  # h - 1, E_P[h] = 1
+        h_q = 1.0 + hm1
         base = np.abs(h_q) if prob.kind == "renyi_abs" else np.maximum(h_q, 0.0)
         big_a = prob.A
-        with np.errstate(divide="ignore"):
-            terms = grid.lwq + big_a * np.log(base)
-        m_q = float(np.sum(np.exp(terms)))
-        e_p = float(wp @ (1.0 + (grid.phi - mu) @ u))
-        tight_r = math.log(e_p) * big_a - math.log(m_q) if e_p > 0 and m_q > 0 else math.inf
-        t_star = math.exp((prob.alpha - 1.0) * (math.log(e_p) - math.log(m_q))) / (prob.alpha - 1.0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            log_base = np.where(hm1 > -0.5, np.log1p(np.maximum(hm1, -0.5)), np.log(base))
+            terms = np.log(wq) + big_a * log_base
+            excess = float(wq @ np.where(wq > 0, np.expm1(big_a * log_base), 0.0))  # F - 1
+        # log F: log1p where F is near 1 (small values), logsumexp where it is far below (large ones)
+        log_m = math.log1p(excess) if excess > -0.5 else quad.logsumexp(terms)
+        tight_r = -log_m
+        log_t = -(prob.alpha - 1.0) * log_m - math.log(
+            prob.alpha - 1.0
+        )  # log of the f-form's scale
+        t_star = math.exp(min(log_t, 700.0))
         theta_z = t_star * np.concatenate([[1.0 - mu @ u], u])
         h_all = theta_z[0] + grid.phi @ theta_z[1:]
-        f_value = float(wp @ h_all - _weighted(wq, _conjugate(div, h_all)))
-        tail = float(np.sum(np.exp(terms[grid.edge_mask]))) / m_q
+        with np.errstate(over="ignore", invalid="ignore"):
+            f_value = float(wp @ h_all - _weighted(wq, _conjugate(div, h_all)))
+        if log_t > 700.0 or not math.isfinite(f_value):
+            f_value = float(alpha_from_renyi(tight_r, prob.alpha))
+            reason = (
+                "the plain f-form's optimal scale overflows float64: f_value from the scale-free "
+                "form, theta scaled down to stay finite"
+            )
+        tail = float(np.sum(_exp(terms[grid.edge_mask] - log_m)))
         if prob.fname == "renyi":
-            tight = tight_r
-            value = float(renyi_from_alpha(f_value, prob.alpha))
+            tight = value = tight_r
         else:
-            tight = float(alpha_from_renyi(tight_r, prob.alpha))
-            value = f_value
-        if not math.isfinite(f_value) and math.isfinite(tight):
-            value, reason = tight, "the f-form overflows float64; value from the scale-free form"
+            tight = value = float(alpha_from_renyi(tight_r, prob.alpha))
+        # V = -log F, F = E_Q[|h|^A]: grad V = -A E_Q[|h|^(A-1) sign(h) (phi - mu)] / F and
+        # -hess V ~ A (A - 1) E_Q[|h|^(A-2) (phi - mu)(phi - mu)^T] / F at the optimum.
+        cen = grid.phi - mu
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rel = _exp(terms - log_m)  # w q |h|^A / F
+            dterm = np.where(base > 0, rel / h_q, 0.0)
+            d2term = np.where(base > 0, rel / np.maximum(h_q * h_q, 1e-200), 0.0)
+        grad = -big_a * (cen.T @ dterm)
+        curv = big_a * (big_a - 1.0) * (cen * d2term[:, None]).T @ cen
     elif prob.kind == "dv":
         s = grid.phi @ u
-        log_m = quad.logsumexp(grid.lwq + s)
+        centre = float(wp @ s)
+        sc = s - centre
+        live = wq > 0
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.max(np.abs(sc[live]), initial=0.0) <= 1.0:
+                log_mc = math.log1p(float(wq[live] @ np.expm1(sc[live])))
+            else:
+                log_mc = quad.logsumexp(np.log(wq[live]) + sc[live])
+        log_m = centre + log_mc
         b = 1.0 - log_m
         theta_z = np.concatenate([[b], u])
         h_all = b + s
         # f* = exp(s - 1) (MATH.md section 2), summed as exp(log w q + h - 1): far-tail nodes have
         # w q = 0 while exp(h - 1) overflows, and 0 * inf must not turn the sum into NaN.
-        f_value = float(wp @ h_all - np.sum(np.exp(grid.lwq + h_all - 1.0)))
-        tight = float(wp @ s) - log_m
-        value = f_value
-        tail = float(np.sum(np.exp(grid.lwq + s - log_m)[grid.edge_mask]))
+        with np.errstate(divide="ignore"):
+            f_value = float(wp @ h_all - np.sum(_exp(np.log(wq) + h_all - 1.0)))
+        tight = value = -log_mc  # E_P[s] - log E_Q[exp s], with E_P[s - centre] = 0
+        with np.errstate(divide="ignore"):
+            tilted = _exp(np.log(wq) + s - log_m)
+        tail = float(np.sum(tilted[grid.edge_mask]))
+        m1 = tilted @ grid.phi
+        grad = wp @ grid.phi - m1  # E_P[phi] - E_tilted[phi]
+        curv = (grid.phi * tilted[:, None]).T @ grid.phi - np.outer(m1, m1)  # Cov_tilted(phi)
     else:
         div = get_divergence(prob.fname)
         theta_z = u
@@ -769,6 +1127,9 @@ def _evaluate(
         tail = float(np.sum(wq[grid.edge_mask] * np.abs(h_all[grid.edge_mask]))) / max(
             float(wq @ np.abs(h_all)), 1e-300
         )
+        slope, bend = _conjugate_derivatives(div, h_all)
+        grad = wp @ grid.phi - (wq * np.where(wq > 0, slope, 0.0)) @ grid.phi
+        curv = (grid.phi * (wq * np.where(wq > 0, bend, 0.0))[:, None]).T @ grid.phi
     ok = converged and stable
     sup = get_divergence(prob.fname).conjugate_sup if prob.kind == "fform" else math.inf
     if not converged and math.isfinite(sup) and np.max(h_all) > sup - 1e-3:
@@ -788,6 +1149,16 @@ def _evaluate(
         )
     if not math.isfinite(value) and reason is None:
         reason = "non-finite value at the optimum"
+    grad_norm = float(np.linalg.norm(grad))
+    decrement = _decrement(grad, curv)
+    if not math.isfinite(grad_norm):
+        grad_norm = math.inf
+    if ok and decrement**2 / 2.0 > GAP_TOL * (1.0 + abs(value)):
+        ok = False
+        reason = (
+            f"not certified: the Newton decrement {decrement:.3g} at the returned point leaves a "
+            f"possible gap of ~{decrement**2 / 2:.3g} (tolerance {GAP_TOL:g} x (1 + |value|))"
+        )
     return {
         "value": value,
         "f_value": f_value,
@@ -795,6 +1166,12 @@ def _evaluate(
         "theta": prob.to_theta(np.asarray(theta_z, dtype=np.float64)),
         "converged": ok,
         "reason": reason,
+        "u": np.asarray(u, dtype=np.float64),
+        "gradient_norm": grad_norm,
+        "newton_decrement": decrement,
+        "problem": prob,
+        "grid": grid,
+        "h": h_all,  # the plain f-form's optimal h on the grid's nodes
     }
 
 
@@ -863,6 +1240,49 @@ def _check_feature_map(fn: Callable, scale: float) -> int:
     return probe.shape[1]
 
 
+def _divergence_group(name: str) -> str:
+    if name in ("renyi", "alpha"):
+        return "alpha"
+    return name if name in ("kl", "chi2") else "other"
+
+
+def degree_limit(family: str, divergence: str) -> int:
+    """The largest polynomial degree the exact layer certifies for a noise family and divergence.
+
+    Args:
+      family: ``'laplace'``, ``'gaussian'`` or ``'point_mass'``.
+      divergence: A divergence name (``'kl'``, ``'renyi'``, ``'alpha'``, ``'chi2'``, ``'tv'``,
+        ``'hellinger'``, ``'js'``).
+
+    Returns:
+      The limit L: degrees 1..L are solved (and each result certified or refused), above L refused.
+
+    Raises:
+      InvalidParameterError: For an unknown family or divergence.
+
+    References:
+      docs/theory/exact_solver.md, section 5 (how the limits were measured).
+
+    """
+    check_choice("family", family, FAMILIES)
+    check_choice("divergence", divergence, DIVERGENCE_NAMES)
+    return DEGREE_LIMITS[family][_divergence_group(divergence)]
+
+
+def _check_degree(pair: NoisePair, name: str, degree: Any) -> int:
+    k = check_int_at_least("degree", degree, 1)
+    top = DEGREE_LIMITS[pair.family][_divergence_group(name)]
+    if k > top:
+        _fail(
+            "degree",
+            degree,
+            f"must lie in [1, {top}] for a {pair.family} pair with divergence {name!r}",
+            "the largest degree whose exact value float64 quadrature certifies there; "
+            "docs/theory/exact_solver.md, section 5",
+        )
+    return k
+
+
 def _check_tol(tol: Any) -> float:
     return check_in_range("tol", tol, 0.0, 1e-3, low_open=True)
 
@@ -888,95 +1308,232 @@ def _starts(base: np.ndarray, scales: np.ndarray, lo, hi, n_starts: int) -> np.n
     return np.stack(out)
 
 
-def _poly_features(powers: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    def feats(z: np.ndarray) -> np.ndarray:
-        return np.asarray(z, dtype=np.float64)[:, None] ** powers[None, :]
+def _poly_half_width(tails: str, degree: int) -> float:
+    """Half-width (standardised units) of the uniformly resolved region for polynomials of ``degree``.
 
-    return feats
+    An orthonormal polynomial of degree n under exp(-|z|) oscillates out to about (pi / 2) n, under
+    exp(-z^2 / 2) out to about 2 sqrt(n) (Mhaskar-Rakhmanov-Saff numbers); the integrands the solver
+    forms have degree up to 2k, so the resolved region covers those reaches for n = 2k, plus the
+    12 units every rule here starts with (docs/theory/exact_solver.md, section 2).
+    """
+    reach = math.pi * degree if tails == "laplace" else 2.0 * math.sqrt(2.0 * degree)
+    return 12.0 + reach
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_rule(law: _Law1D, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and normalised weights of (P + Q) / 2 (standardised units)."""
+    z, w = quad.rule_1d(
+        law.grid_centres,
+        law.kinks,
+        extent=_EXTENT,
+        width=0.5,
+        half_width=_poly_half_width(law.tails, degree),
+    )
+    w = w * 0.5 * (_exp(law.log_p(z)) + _exp(law.log_q(z)))
+    return z, w / w.sum()
+
+
+@functools.lru_cache(maxsize=64)
+def _poly_basis(law: _Law1D, degree: int) -> orthopoly.OrthoPoly:
+    """psi_0..psi_degree orthonormal under (P + Q) / 2 (standardised units)."""
+    z, w = _reference_rule(law, degree)
+    return orthopoly.stieltjes(z, w, degree, shift=float(w @ z))
+
+
+def _kind(name: str, convention: str) -> str:
+    if name in ("renyi", "alpha"):
+        return "renyi_abs" if convention == "abs" else "renyi_nonneg"
+    return "dv" if name == "kl" else "fform"
+
+
+def _bounded_starts(starts: np.ndarray, feats: Callable, name: str, delta: float) -> np.ndarray:
+    """Bounded conjugate domain: shrinks each start until h < sup / 2 on a probe grid (h = 0 at 0)."""
+    sup = get_divergence(name).conjugate_sup
+    if math.isfinite(sup):
+        probe = feats(np.linspace(-50.0, 50.0 + delta, 2001))
+        for i in range(starts.shape[0]):
+            top = float(np.max(probe @ starts[i]))
+            if top > 0.5 * sup:
+                starts[i] *= 0.5 * sup / top
+    return starts
 
 
 def _problem_1d(
-    family: str,
-    delta: float,
+    law: _Law1D,
     scale: float,
     name: str,
     adv: _Adversary,
     alpha: float | None,
     convention: str,
     n_starts: int,
+    basis: orthopoly.OrthoPoly | None = None,
+    warm: np.ndarray | None = None,
 ) -> _Problem:
-    """One 1-D problem in standardised units z = x / scale (delta = shift / scale)."""
-    if name in ("renyi", "alpha"):
-        kind = "renyi_abs" if convention == "abs" else "renyi_nonneg"
-    elif name == "kl":
-        kind = "dv"
-    else:
-        kind = "fform"
-    dropped = False
-    if adv.kind == "feature_map":
-        fn = adv.fn
+    """One 1-D problem in standardised units z = x / scale (delta = shift / scale).
 
-        def feats(z: np.ndarray) -> np.ndarray:
-            return _call_features(fn, scale * np.asarray(z, dtype=np.float64))
+    Linear and polynomial classes go to :func:`_problem_poly`; a feature map is parametrised by its
+    columns, each scaled to unit root mean square on a probe grid.
+    """
+    kind = _kind(name, convention)
+    if adv.kind != "feature_map":
+        return _problem_poly(law, scale, name, adv.degree, alpha, convention, n_starts, basis, warm)
+    fn = adv.fn
 
-        probe = feats(np.linspace(-4.0, 4.0 + delta, 41))
-        col_scale = np.maximum(np.sqrt(np.mean(probe**2, axis=0)), 1e-3)
-        m = probe.shape[1]
-        powers = None
-    else:
-        k = adv.degree
-        if kind == "dv" and k >= 3 and k % 2 == 1:
-            k -= 1  # an odd leading coefficient makes E_Q[exp h] infinite: it must be 0
-            dropped = True
-        powers = np.arange(1, k + 1, dtype=np.float64)
-        feats = _poly_features(powers)
-        col_scale = np.maximum(1.0, 2.0 ** (powers - 1.0))
-        m = k
-    lo = np.full(m, -np.inf)
-    hi = np.full(m, np.inf)
-    base = np.zeros(m)
-    if kind == "dv" and powers is not None:
-        top = int(powers[-1])
-        if top == 1 and family == "laplace":
-            lo[0], hi[0] = -1.0 + _LIN_KL_MARGIN, 1.0 - _LIN_KL_MARGIN
-        elif top == 2 and family == "gaussian":
-            hi[-1] = 0.5  # exp(c z^2) N(0, 1): finite iff c < 1/2
-        elif top >= 2:
-            hi[-1] = 0.0
-            base[-1] = -0.05
+    def feats(z: np.ndarray) -> np.ndarray:
+        f = _call_features(fn, scale * np.asarray(z, dtype=np.float64))
+        if kind == "fform":
+            f = np.concatenate([np.ones((f.shape[0], 1)), f], axis=1)
+        return f
+
+    probe = feats(np.linspace(-4.0, 4.0 + law.delta, 41))
+    col_scale = np.maximum(np.sqrt(np.mean(probe**2, axis=0)), 1e-3)
+    m = probe.shape[1]
+    lo, hi = np.full(m, -np.inf), np.full(m, np.inf)
+    starts = _starts(np.zeros(m), col_scale, lo, hi, n_starts)
     if kind == "fform":
-        inner = feats
-
-        def feats(z: np.ndarray) -> np.ndarray:
-            f = inner(z)
-            return np.concatenate([np.ones((f.shape[0], 1)), f], axis=1)
-
-        lo = np.concatenate([[-np.inf], lo])
-        hi = np.concatenate([[np.inf], hi])
-        base = np.concatenate([[0.0], base])
-        col_scale = np.concatenate([[1.0], col_scale])
-    starts = _starts(base, col_scale, lo, hi, n_starts)
-    sup = get_divergence(name).conjugate_sup if kind == "fform" else math.inf
-    if math.isfinite(sup):
-        # Bounded conjugate domain: shrink each start until h < sup / 2 on a probe grid (h = 0 at 0).
-        probe = feats(np.linspace(-50.0, 50.0 + delta, 2001))
-        for i in range(starts.shape[0]):
-            top = float(np.max(probe @ starts[i]))
-            if top > 0.5 * sup:
-                starts[i] *= 0.5 * sup / top
-
-    def to_theta(theta_z: np.ndarray) -> np.ndarray:
-        theta = theta_z.copy()
-        if powers is not None:
-            theta[1:] = theta[1:] / scale**powers
-        if dropped:
-            theta = np.concatenate([theta, [0.0]])
-        return theta
-
+        starts = _bounded_starts(starts, feats, name, law.delta)
     a_exp = alpha / (alpha - 1.0) if alpha is not None else 0.0
     extent = _KL_EXTENT if kind == "dv" else _EXTENT
-    geom = _Geometry1D(family, float(delta), feats, extent)
-    return _Problem(kind, name, alpha, a_exp, convention, geom, lo, hi, starts, to_theta)
+    geom = _Geometry1D(law, feats, extent)
+    return _Problem(kind, name, alpha, a_exp, convention, geom, lo, hi, starts, lambda t: t.copy())
+
+
+class _BasisRef:
+    """The current orthonormal basis of one polynomial problem (it changes between rounds)."""
+
+    def __init__(self, poly: orthopoly.OrthoPoly, degree: int, with_constant: bool):
+        self.poly = poly
+        self.degree = degree
+        self.with_constant = with_constant
+
+    def features(self, z: np.ndarray) -> np.ndarray:
+        vals = self.poly(z, self.degree)
+        return vals if self.with_constant else vals[:, 1:]
+
+
+def _dv_bounds(law: _Law1D, poly: orthopoly.OrthoPoly, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The domain of E_Q[exp h] for h = sum_j u_j psi_j of degree k, in the coordinates u.
+
+    psi_k has a positive leading coefficient lc_k, so the coefficient of z^k in h is u_k lc_k: it must
+    be negative for an even k >= 2 (< 1/2 for the Gaussian at k = 2), and below 1 in absolute value
+    for the Laplace linear class (docs/theory/exact_solver.md, section 3).
+    """
+    lo, hi = np.full(k, -np.inf), np.full(k, np.inf)
+    lc = poly.leading_coefficients()[k]
+    if k == 1 and law.tails == "laplace":
+        lo[0], hi[0] = (-1.0 + _LIN_KL_MARGIN) / lc, (1.0 - _LIN_KL_MARGIN) / lc
+    elif k == 2 and law.tails == "gaussian":
+        hi[-1] = 0.5 / lc
+    elif k >= 2:
+        hi[-1] = 0.0
+    return lo, hi
+
+
+def _problem_poly(
+    law: _Law1D,
+    scale: float,
+    name: str,
+    degree: int,
+    alpha: float | None,
+    convention: str,
+    n_starts: int,
+    basis: orthopoly.OrthoPoly | None,
+    warm: np.ndarray | None,
+) -> _Problem:
+    """A polynomial class of ``degree`` (1 = linear), parametrised by orthonormal polynomials.
+
+    The basis starts orthonormal under (P + Q) / 2 (or is ``basis``, e.g. adapted to a lower degree's
+    optimum) and, for the alpha family, is rebuilt between rounds orthonormal under the weight of the
+    objective's Hessian at the current point (:func:`_rebase_renyi`), so Newton's linear algebra stays
+    well conditioned at any degree float64 can represent (docs/theory/exact_solver.md, section 2).
+    """
+    kind = _kind(name, convention)
+    k = degree
+    dropped = kind == "dv" and k >= 3 and k % 2 == 1
+    if dropped:
+        k -= 1  # an odd leading coefficient makes E_Q[exp h] infinite: it must be 0
+    ref = _BasisRef(_poly_basis(law, k) if basis is None else basis, k, False)
+    ref.with_constant = kind == "fform"
+    m = k + (1 if kind == "fform" else 0)
+    lo, hi = np.full(m, -np.inf), np.full(m, np.inf)
+    base = np.zeros(m)
+    if kind == "dv":
+        lo, hi = _dv_bounds(law, ref.poly, k)
+        if k >= 2:
+            base[-1] = -0.05
+    starts = _starts(base, np.ones(m), lo, hi, n_starts)
+    if warm is not None:
+        # A lower degree's optimum, embedded (``[w, m]``; replaces the last w random starts).
+        w = min(warm.shape[0], starts.shape[0] - 1)
+        starts[starts.shape[0] - w :] = warm[:w]
+    if kind == "fform":
+        starts = _bounded_starts(starts, ref.features, name, law.delta)
+    powers = np.arange(1, k + 1, dtype=np.float64)
+
+    def to_theta(theta_z: np.ndarray) -> np.ndarray:
+        # (constant, u_1..u_k) on psi_0..psi_k -> monomial coefficients in z -> in x = scale z.
+        theta = ref.poly.monomial_matrix()[: k + 1, : k + 1] @ theta_z
+        theta[1:] = theta[1:] / scale**powers
+        return np.concatenate([theta, [0.0]]) if dropped else theta
+
+    a_exp = alpha / (alpha - 1.0) if alpha is not None else 0.0
+    # The long reach is for E_Q[exp(a z)] under Laplace noise with |a| near 1 (linear class only); an
+    # even-degree h with a negative leading coefficient decays like a Gaussian or faster.
+    extent = _KL_EXTENT if kind == "dv" and k == 1 else _EXTENT
+    half_width = _poly_half_width(law.tails, k)
+    geom = _Geometry1D(law, ref.features, extent, half_width, kind == "dv" and k >= 2)
+    prob = _Problem(kind, name, alpha, a_exp, convention, geom, lo, hi, starts, to_theta)
+    if kind.startswith("renyi"):
+        prob.rebase = functools.partial(_rebase_renyi, prob, ref)
+    prob.basis_ref = ref
+    return prob
+
+
+def _rebase_renyi(
+    prob: _Problem, ref: _BasisRef, u: np.ndarray, grid: _Grid
+) -> tuple[np.ndarray, _Grid]:
+    """Re-expresses h in polynomials orthonormal under the Hessian weight q |h|^(A - 2) at u.
+
+    The Hessian of E_Q[|h|^A] is A (A - 1) E_Q[|h|^(A-2) (psi - mu)(psi - mu)^T]; in a basis orthonormal
+    under (a regularised) q |h|^(A-2) it is close to a multiple of the identity, whatever the noise
+    geometry and the order. The class is unchanged (same span); u is mapped exactly by the discrete
+    inner products T = <psi_new, psi_old> under that weight. The new basis is kept only if it
+    reproduces h on the nodes and does not worsen the objective.
+    """
+    k = ref.degree
+    old = ref.poly(grid.z, k)
+    wq = _exp(grid.lwq)
+    mu = _exp(grid.lwp) @ old[:, 1:]
+    h = 1.0 + (old[:, 1:] - mu) @ u
+    floor = 1e-6 * math.sqrt(max(float(wq @ (h * h)), 1e-300))
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        lw = grid.lwq + (prob.A - 2.0) * np.log(np.maximum(np.abs(h), floor))
+    lw = np.where(np.isfinite(lw), lw, -np.inf)
+    weight = _exp(lw - np.max(lw))
+    weight = weight / weight.sum()
+    ref_w = 0.5 * (wq + _exp(grid.lwp))
+    weight = weight + 1e-8 * ref_w / ref_w.sum()  # keeps every degree supported
+    weight = weight / weight.sum()
+    centre = float(weight @ grid.z)
+    width = math.sqrt(max(float(weight @ (grid.z - centre) ** 2), 1e-12))
+    try:
+        poly = orthopoly.stieltjes(grid.z, weight, k, shift=centre, width=width)
+    except ValueError:
+        return u, grid
+    new = poly(grid.z, k)
+    if not np.all(np.isfinite(new)):
+        return u, grid
+    t = new.T @ (weight[:, None] * old)
+    u_new = t[1:, 1:] @ u
+    mu_new = _exp(grid.lwp) @ new[:, 1:]
+    h_new = 1.0 + (new[:, 1:] - mu_new) @ u_new
+    f_old = float(wq @ np.abs(h) ** prob.A)
+    f_new = float(wq @ np.abs(h_new) ** prob.A)
+    if not (math.isfinite(f_new) and f_new <= f_old * (1.0 + 1e-12)):
+        return u, grid
+    ref.poly = poly
+    return u_new, grid.with_features(ref.features)
 
 
 def _problem_2d_laplace(
@@ -1015,6 +1572,10 @@ def _result(
     reason: str | None,
     value: float | None = None,
     tight_value: float | None = None,
+    gradient_norm: float | None = None,
+    newton_decrement: float | None = None,
+    monotone_checked: bool = False,
+    previous_value: float | None = None,
 ) -> ExactResult:
     if value is None:
         value = float(renyi_from_alpha(f_value, alpha)) if name == "renyi" else float(f_value)
@@ -1031,6 +1592,10 @@ def _result(
         adv.degree,
         alpha,
         convention,
+        None if gradient_norm is None else float(gradient_norm),
+        None if newton_decrement is None else float(newton_decrement),
+        bool(monotone_checked),
+        None if previous_value is None else float(previous_value),
     )
 
 
@@ -1042,8 +1607,33 @@ def _n_params(pair: NoisePair, adv: _Adversary) -> int:
     return _check_feature_map(adv.fn, pair.scale or 1.0)
 
 
-def _structural(pair: NoisePair, name: str, adv: _Adversary) -> tuple[float, str] | None:
-    """Values fixed by a structural argument (no solve): (f_value, reason), or None."""
+def _structural(
+    pair: NoisePair, name: str, adv: _Adversary
+) -> tuple[float, str, np.ndarray | None] | None:
+    """Values fixed by a structural argument (no solve): (f_value, reason, theta or None), or None."""
+    found = _structural_value(pair, name, adv)
+    if found is not None or pair.family != "gaussian" or name != "kl" or adv.kind == "feature_map":
+        return None if found is None else (*found, None)
+    # Gaussian KL: log(p / q)(x) = (||v||^2 - 2 v.x) / (2 s^2) is affine, so h* = 1 + log(p / q), the
+    # unrestricted optimum of the plain f-form, lies in every class containing the affine functions.
+    v = np.asarray(pair.shift)
+    s2 = pair.scale**2
+    value = float(v @ v) / (2.0 * s2)
+    theta = np.zeros(1 + (pair.dim if adv.kind == "linear" else adv.degree))
+    theta[0] = 1.0 + value
+    theta[1 : 1 + pair.dim] = -v / s2
+    return (
+        value,
+        (
+            "exact: log(p/q) is affine for a Gaussian pair, so h = 1 + log(p/q) lies in the class and "
+            "attains the unrestricted KL ||v||^2 / (2 sigma^2) (docs/theory/exact_solver.md, section 4)"
+        ),
+        theta,
+    )
+
+
+def _structural_value(pair: NoisePair, name: str, adv: _Adversary) -> tuple[float, str] | None:
+    """Degenerate and separable cases: (f_value, reason), or None."""
     if name in ("tv", "hellinger", "js"):
         if adv.kind != "feature_map":
             return 0.0, (
@@ -1103,6 +1693,8 @@ def _restricted_many(
             "only 'renyi' and 'alpha' use it",
         )
     adv = _parse_adversary(adversary, degree)
+    if adv.kind == "poly":
+        _check_degree(pair, name, adv.degree)
     n_starts = check_int_at_least("n_starts", n_starts, 1)
     tol = _check_tol(tol)
     if adv.kind != "linear" and pair.dim != 1:
@@ -1116,8 +1708,12 @@ def _restricted_many(
 
     structural = _structural(pair, name, adv)
     if structural is not None:
-        f_value, reason = structural
-        theta = np.zeros(m + 1) if math.isfinite(f_value) else np.zeros(0)
+        f_value, reason, theta = structural
+        before = 0.0 if (adv.degree or 1) == 1 or f_value == 0.0 else f_value
+        if name == "renyi" and before:
+            before = float(renyi_from_alpha(before, alphas[0]))
+        if theta is None:
+            theta = np.zeros(m + 1) if math.isfinite(f_value) else np.zeros(0)
         return [
             _result(
                 pair,
@@ -1129,6 +1725,11 @@ def _restricted_many(
                 theta=theta,
                 converged=True,
                 reason=reason,
+                gradient_norm=0.0,
+                newton_decrement=0.0,
+                # The value is the same at every degree (and >= 0, the constants' value).
+                monotone_checked=adv.kind != "feature_map",
+                previous_value=None if adv.kind == "feature_map" else before,
             )
             for a in alphas
         ]
@@ -1139,20 +1740,18 @@ def _restricted_many(
     d = pair.dim
 
     if d == 1 or adv.kind != "linear":
-        probs = [
-            _problem_1d(pair.family, v[0] / scale, scale, name, adv, a, convention, n_starts)
-            for a in alphas
-        ]
-        sols = _solve_problems(probs, tol)
+        sols = _solve_1d(
+            pair.law(v[0] / scale), scale, name, adv, alphas, convention, n_starts, tol
+        )
         return [
             _from_solution(pair, name, adv, a, convention, s)
             for a, s in zip(alphas, sols, strict=True)
         ]
 
-    if name in ("kl", "chi2"):
+    if name in ("kl", "chi2") and pair.family != "subsampled_gaussian":
         # Both decompose over independent coordinates (the class has one shared constant).
         probs = [
-            _problem_1d(pair.family, v[i] / scale, scale, name, adv, None, convention, n_starts)
+            _problem_1d(pair.law(v[i] / scale), scale, name, adv, None, convention, n_starts)
             for i in nz
         ]
         sols = _solve_problems(probs, tol)
@@ -1172,11 +1771,13 @@ def _restricted_many(
         }
         return [_from_solution(pair, name, adv, None, convention, total)]
 
-    # Renyi / alpha, linear class, d > 1.
-    if pair.family == "gaussian":
+    # Renyi / alpha, linear class, d > 1 (every divergence for the subsampled Gaussian: the mixture
+    # does not factorise, but both laws are invariant under rotations fixing v, so the best linear h
+    # is along v; docs/theory/subsampled_gaussian.md).
+    if pair.family in ("gaussian", "subsampled_gaussian"):
         norm = float(np.linalg.norm(v))
         probs = [
-            _problem_1d("gaussian", norm / scale, scale, name, adv, a, convention, n_starts)
+            _problem_1d(pair.law(norm / scale), scale, name, adv, a, convention, n_starts)
             for a in alphas
         ]
         sols = _solve_problems(probs, tol)
@@ -1190,7 +1791,7 @@ def _restricted_many(
     if nz.size == 1:
         i = int(nz[0])
         probs = [
-            _problem_1d("laplace", v[i] / scale, scale, name, adv, a, convention, n_starts)
+            _problem_1d(pair.law(v[i] / scale), scale, name, adv, a, convention, n_starts)
             for a in alphas
         ]
         sols = _solve_problems(probs, tol)
@@ -1225,6 +1826,136 @@ def _restricted_many(
     ]
 
 
+def _degree_chain(kind: str, degree: int) -> list[int]:
+    """The degrees solved, in order, for a polynomial class of ``degree``; the last is the answer.
+
+    KL (``'dv'``) climbs 1, 2, 4, ..., k_eff by continuation (k_eff = k, or k - 1 for odd k >= 3,
+    whose leading coefficient must be 0): each optimum, with a small negative top coefficient added,
+    starts the next degree inside the domain of E_Q[exp h]. The other forms have no domain to stay in
+    and solve k - 1 then k. Either way the last two entries give the monotonicity certificate.
+    """
+    if kind == "dv":
+        k_eff = degree - 1 if degree >= 3 and degree % 2 == 1 else degree
+        return [1, *range(2, k_eff + 1, 2)]
+    return [degree - 1, degree] if degree >= 2 else [1]
+
+
+def _degrees_chain(kind: str, max_degree: int) -> list[int]:
+    """Every degree 1..max_degree, except that KL skips odd k >= 3 (poly_k = poly_(k-1) there)."""
+    if kind == "dv":
+        return [k for k in range(1, max_degree + 1) if k <= 2 or k % 2 == 0]
+    return list(range(1, max_degree + 1))
+
+
+def _transfer(law: _Law1D, sol: dict[str, Any], kind: str, degree: int, size: int) -> np.ndarray:
+    """A lower degree's optimum as starting points of ``degree`` in the basis (P + Q) / 2 builds.
+
+    The lower-degree h lies in the larger class, so its coefficients in the new orthonormal basis are
+    its inner products with the new polynomials under (P + Q) / 2 (exact up to rounding). Returns
+    ``[3, size]`` starts; for KL the new top coefficient must be negative, so three sizes of it are
+    tried (the line search discards a start outside the numerical domain).
+    """
+    z, w = _reference_rule(law, degree)
+    ref = sol["problem"].basis_ref
+    old = ref.poly(z, ref.degree)
+    u = sol["u"]
+    if kind.startswith("renyi"):
+        h = (old[:, 1:] - w @ old[:, 1:]) @ u  # h - 1, up to a constant
+    elif kind == "dv":
+        h = old[:, 1:] @ u
+    else:
+        h = old @ u
+    new = _poly_basis(law, degree)(z, degree)
+    coef = new.T @ (w * h)
+    out = np.zeros((3, size))
+    start = coef if kind == "fform" else coef[1:]
+    out[:, : start.size] = start[:size]
+    if kind == "dv" and ref.degree < degree:
+        out[:, -1] = (-1e-3, -1e-6, -1e-9)
+    return out
+
+
+def _solve_1d(
+    law: _Law1D,
+    scale: float,
+    name: str,
+    adv: _Adversary,
+    alphas: list[float | None],
+    convention: str,
+    n_starts: int,
+    tol: float,
+) -> list[dict[str, Any]]:
+    """1-D problems (one per order); polynomial classes carry the degree certificate.
+
+    A linear or polynomial class of degree k is solved along :func:`_degree_chain` (k - 1 then k; for
+    KL 1, 2, 4, ..., k) by :func:`_solve_chain`, and the last entry is returned.
+    """
+    if adv.kind == "feature_map":
+        probs = [_problem_1d(law, scale, name, adv, a, convention, n_starts) for a in alphas]
+        sols = _solve_problems(probs, tol)
+        for s in sols:
+            s.update(monotone_checked=False, previous_value=None)
+        return sols
+    chain = _degree_chain(_kind(name, convention), adv.degree)
+    chain[-1] = adv.degree  # KL with an odd k: the last step is poly_k itself (top coefficient 0)
+    return _solve_chain(law, scale, name, chain, alphas, convention, n_starts, tol)[-1]
+
+
+def _solve_chain(
+    law: _Law1D,
+    scale: float,
+    name: str,
+    chain: list[int],
+    alphas: list[float | None],
+    convention: str,
+    n_starts: int,
+    tol: float,
+) -> list[list[dict[str, Any]]]:
+    """Polynomial classes of the increasing degrees ``chain``, each warm started from the previous.
+
+    Every entry is certified monotone against the one before it: value(k) >= value(previous) -
+    tolerance (the classes nest, so a smaller value would prove the solve wrong); the first entry is
+    compared with the constants (value 0) if it is degree 1, else with nothing it knows.
+    """
+    kind = _kind(name, convention)
+    out: list[list[dict[str, Any]]] = []
+    prev: list[dict[str, Any]] | None = None
+    for e in chain:
+        k = e - 1 if kind == "dv" and e >= 3 and e % 2 else e
+        probs = []
+        for i, a in enumerate(alphas):
+            warm = None
+            if prev is not None:
+                warm = _transfer(law, prev[i], kind, k, k + (kind == "fform"))
+            starts = max(n_starts, 4) if warm is not None else n_starts
+            step = _Adversary("linear" if e == 1 else "poly", e, None)
+            probs.append(_problem_1d(law, scale, name, step, a, convention, starts, None, warm))
+        sols = _solve_problems(probs, tol)
+        for i, s in enumerate(sols):
+            if prev is not None:
+                _certify_monotone(s, prev[i]["value"])
+            elif e == 1:
+                _certify_monotone(s, 0.0)
+            else:
+                s.update(monotone_checked=False, previous_value=None)
+        out.append(sols)
+        prev = sols
+    return out
+
+
+def _certify_monotone(sol: dict[str, Any], before: float) -> None:
+    """Marks ``sol`` with the monotonicity certificate against the next smaller class's value."""
+    slack = _MONOTONE_TOL * (1.0 + abs(before))
+    sol["previous_value"] = before
+    sol["monotone_checked"] = bool(sol["value"] >= before - slack)
+    if not sol["monotone_checked"]:
+        sol["converged"] = False
+        sol["reason"] = (
+            f"not certified: the value {sol['value']:.10g} lies below the previous degree's "
+            f"{before:.10g} although the classes nest (the solve at this degree failed)"
+        )
+
+
 def _from_solution(pair, name, adv, alpha, convention, s: dict[str, Any]) -> ExactResult:
     return _result(
         pair,
@@ -1238,6 +1969,10 @@ def _from_solution(pair, name, adv, alpha, convention, s: dict[str, Any]) -> Exa
         reason=s["reason"],
         value=s["value"],
         tight_value=s["tight_value"],
+        gradient_norm=s.get("gradient_norm"),
+        newton_decrement=s.get("newton_decrement"),
+        monotone_checked=s.get("monotone_checked", False),
+        previous_value=s.get("previous_value"),
     )
 
 
@@ -1257,6 +1992,7 @@ def restricted_divergence(
     convention: str = "abs",
     n_starts: int = 4,
     tol: float = 1e-10,
+    strict: bool = True,
 ) -> ExactResult:
     """The exact H-restricted divergence D^H(P, Q) for a class linear in its parameters.
 
@@ -1276,6 +2012,10 @@ def restricted_divergence(
         alpha family. ``'nonneg'`` has the smaller conjugate, so its restricted value is >= ``'abs'``.
       n_starts: Number of starting points (an integer >= 1); the best optimum is kept.
       tol: Relative tolerance of the solver, in (0, 1e-3].
+      strict: For a 1-D linear or polynomial class, raise instead of returning a value that fails its
+        certificate (Newton decrement, monotonicity in the degree, quadrature checks). With
+        ``strict=False`` such a value comes back with ``converged=False`` and the reason; it is then
+        not a certified lower bound.
 
     Returns:
       An :class:`ExactResult`. Separable pairs (distinct point masses, paper Lemma 2) give ``+inf``
@@ -1283,10 +2023,12 @@ def restricted_divergence(
       a reason (degenerate, MATH.md section 6).
 
     Raises:
-      InvalidParameterError: For an unknown divergence / adversary / convention, degree < 1,
-        alpha <= 1 (or alpha given for a divergence without one), a non-linear class on a d > 1
-        pair, a Laplace d > 1 Renyi problem with more than two shifted coordinates, or a feature map
-        that does not return finite ``[n, m]`` features.
+      InvalidParameterError: For an unknown divergence / adversary / convention, degree < 1 or above
+        :func:`degree_limit` for the pair's family and the divergence, alpha <= 1 (or alpha given for
+        a divergence without one), a non-linear class on a d > 1 pair, a Laplace d > 1 Renyi problem
+        with more than two shifted coordinates, a feature map that does not return finite
+        ``[n, m]`` features, or (``strict``) a 1-D linear / polynomial value that cannot be certified
+        (the message names ``degree``, the reason and the way out).
 
     Examples:
       >>> r = restricted_divergence(laplace_pair(1.0), "renyi", alpha=2.0)
@@ -1297,9 +2039,120 @@ def restricted_divergence(
       Paper eq. (1)-(3), Lemma 1, Lemma 2, Figures 1-2; MATH.md sections 2, 3, 6.
 
     """
-    return _restricted_many(
-        pair, divergence, adversary, degree, [alpha], convention, n_starts, tol
-    )[0]
+    res = _restricted_many(pair, divergence, adversary, degree, [alpha], convention, n_starts, tol)
+    if strict:
+        _refuse_uncertified(res)
+    return res[0]
+
+
+def _refuse_uncertified(results: Sequence[ExactResult]) -> None:
+    """Raises for the first 1-D linear / polynomial result that failed its certificate."""
+    for r in results:
+        if r.converged or r.adversary not in ("linear", "poly") or r.pair.dim != 1:
+            continue
+        name = "degree" if r.adversary == "poly" else "adversary"
+        value = r.degree if r.adversary == "poly" else "linear"
+        alpha = "" if r.alpha is None else f", alpha={r.alpha:g}"
+        raise InvalidParameterError(
+            f"{name}={value!r} is invalid for {r.pair.label} with divergence {r.divergence!r}{alpha}: "
+            f"the exact value could not be certified ({r.reason}); use a lower degree, or "
+            "strict=False for the uncertified value with converged=False"
+        )
+
+
+@_x64
+def restricted_divergence_degrees(
+    pair: NoisePair | Any,
+    divergence: str | Divergence,
+    max_degree: int,
+    *,
+    alpha: float | None = None,
+    convention: str = "abs",
+    n_starts: int = 4,
+    tol: float = 1e-10,
+) -> tuple[ExactResult, ...]:
+    """The exact poly_k values for every degree k = 1..max_degree, in one pass.
+
+    Each degree is warm started from the previous one's optimum and certified against it (the
+    classes nest, so value(k) >= value(k - 1); ``monotone_checked`` and ``previous_value`` record the
+    check), which costs one solve per degree instead of the two :func:`restricted_divergence` needs.
+    For KL an odd degree k >= 3 has the value of k - 1 (its leading coefficient must be 0) and is not
+    solved again. Results that fail their certificate come back with ``converged=False`` and a reason
+    (this function never raises for that: it is the measuring tool behind the degree limits).
+
+    Args:
+      pair: A 1-D :class:`NoisePair` (or a mechanism object).
+      divergence: As for :func:`restricted_divergence`.
+      max_degree: The largest degree, an integer in [1, ``degree_limit(...)``].
+      alpha: As for :func:`restricted_divergence`.
+      convention: As for :func:`restricted_divergence`.
+      n_starts: As for :func:`restricted_divergence`.
+      tol: As for :func:`restricted_divergence`.
+
+    Returns:
+      One :class:`ExactResult` per degree, degree 1 first.
+
+    Raises:
+      InvalidParameterError: As for :func:`restricted_divergence`, or if ``max_degree`` is above the
+        documented limit for the pair's family and the divergence, or the pair is not 1-D.
+
+    References:
+      docs/theory/exact_solver.md (sections 2-5).
+
+    """
+    pair = _as_pair(pair)
+    name, convention = _parse_divergence(divergence, None, convention)
+    if isinstance(divergence, Divergence) and alpha is None:
+        alpha = divergence.alpha
+    top = _check_degree(pair, name, max_degree)
+    if pair.dim != 1:
+        _fail("pair", pair.label, "must be 1-dimensional for polynomial classes")
+    if top == 1 or _structural(pair, name, _Adversary("poly", 2, None)) is not None:
+        return tuple(
+            _restricted_many(pair, divergence, "poly", k, [alpha], convention, n_starts, tol)[0]
+            for k in range(1, top + 1)
+        )
+    kind = _kind(name, convention)
+    chain = _degrees_chain(kind, top)
+    if name in ("renyi", "alpha"):
+        a = check_alpha(alpha)
+    elif alpha is not None:
+        _fail(
+            "alpha",
+            alpha,
+            f"must be None for divergence {name!r}",
+            "only 'renyi' and 'alpha' use it",
+        )
+    else:
+        a = None
+    sols = _solve_chain(
+        pair.law(pair.shift[0] / pair.scale),
+        pair.scale,
+        name,
+        chain,
+        [a],
+        convention,
+        check_int_at_least("n_starts", n_starts, 1),
+        _check_tol(tol),
+    )
+    by_degree = {e: s[0] for e, s in zip(chain, sols, strict=True)}
+    out = []
+    for k in range(1, top + 1):
+        adv = _Adversary("linear" if k == 1 else "poly", k, None)
+        if k in by_degree:
+            out.append(_from_solution(pair, name, adv, a, convention, by_degree[k]))
+            continue
+        below = out[-1]  # KL, odd k: poly_k = poly_(k-1), the top coefficient is 0
+        out.append(
+            below._replace(
+                theta=np.concatenate([below.theta, [0.0]]),
+                degree=k,
+                adversary="poly",
+                previous_value=below.value,
+                monotone_checked=below.converged,
+            )
+        )
+    return tuple(out)
 
 
 @_x64
@@ -1313,6 +2166,7 @@ def restricted_divergence_curve(
     convention: str = "abs",
     n_starts: int = 4,
     tol: float = 1e-10,
+    strict: bool = True,
 ) -> tuple[ExactResult, ...]:
     """:func:`restricted_divergence` over a grid of orders, solved as one batch (one compilation).
 
@@ -1328,6 +2182,7 @@ def restricted_divergence_curve(
       convention: As for :func:`restricted_divergence`.
       n_starts: As for :func:`restricted_divergence`.
       tol: As for :func:`restricted_divergence`.
+      strict: As for :func:`restricted_divergence` (one uncertified order refuses the curve).
 
     Returns:
       One :class:`ExactResult` per order, in order.
@@ -1341,26 +2196,42 @@ def restricted_divergence_curve(
     if name not in ("renyi", "alpha"):
         _fail("divergence", divergence, "must be 'renyi' or 'alpha' for a curve over alpha")
     alist = [float(a) for a in check_vector("alphas", alphas)]
-    return tuple(
-        _restricted_many(pair, divergence, adversary, degree, alist, convention, n_starts, tol)
-    )
+    res = _restricted_many(pair, divergence, adversary, degree, alist, convention, n_starts, tol)
+    if strict:
+        _refuse_uncertified(res)
+    return tuple(res)
 
 
-def _unrestricted_parts(family: str, delta: float, name: str, alpha: float | None) -> float:
-    """One coordinate's contribution in the quantity that adds over coordinates (see callers)."""
-    centres = [0.0, delta]
-    kinks = [0.0, delta] if family == "laplace" else []
+def _unrestricted_rule(
+    law: _Law1D, name: str, alpha: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rule for the unrestricted integrals of ``name``: nodes and weights on R."""
+    delta = law.delta
+    centres = list(law.grid_centres)
+    kinks = list(law.kinks)
     if name == "tv":
-        kinks.append(0.5 * delta)
-    if family == "gaussian" and name in ("renyi", "alpha"):
+        kinks.append(0.5 * delta)  # p = q there (also for the subsampled Gaussian's mixture)
+    if law.family == "gaussian" and name in ("renyi", "alpha"):
         centres.append((1.0 - alpha) * delta)  # p^a q^(1-a) is a Gaussian centred there
-    if family == "gaussian" and name == "chi2":
+    if law.family == "gaussian" and name == "chi2":
         centres.append(-delta)
+    if law.family == "mixture" and name in ("renyi", "alpha", "chi2"):
+        # The integrand p^a q^(1-a) is a mixture of Gaussians whose peak can sit far out: locate it.
+        a = 2.0 if name == "chi2" else alpha
+        reach = 40.0 + 2.0 * (abs(a) + 1.0) * abs(delta)
+        coarse = np.linspace(-reach, reach, 8001)
+        score = a * law.log_p(coarse) + (1.0 - a) * law.log_q(coarse)
+        centres.append(float(coarse[int(np.argmax(score))]))
     # Graded panels at the kinks too: p^a q^(1-a) of a Laplace pair decays like exp(-(2a - 1) z)
     # away from a kink, far faster than the uniform panels resolve for large alpha.
-    z, w = quad.rule_1d(centres, kinks, kinks, extent=_EXTENT)
-    lp = quad.log_density(family, z, 0.0)
-    lq = quad.log_density(family, z, delta)
+    return quad.rule_1d(centres, kinks, kinks, extent=_EXTENT)
+
+
+def _unrestricted_parts(law: _Law1D, name: str, alpha: float | None) -> float:
+    """One coordinate's contribution in the quantity that adds over coordinates (see callers)."""
+    z, w = _unrestricted_rule(law, name, alpha)
+    lp = law.log_p(z)
+    lq = law.log_q(z)
     lw = np.log(w)
     lse = quad.logsumexp
     if name == "kl":
@@ -1441,7 +2312,7 @@ def unrestricted_divergence(
             math.inf, "P and Q are mutually singular (P is not absolutely continuous wrt Q)"
         )
     deltas = np.abs(v[v != 0]) / pair.scale
-    if pair.family == "gaussian":
+    if pair.family in ("gaussian", "subsampled_gaussian"):
         deltas = np.array([float(np.linalg.norm(deltas))])
     if name in ("tv", "js") and deltas.size > 1:
         _fail(
@@ -1450,7 +2321,7 @@ def unrestricted_divergence(
             f"{name} of a Laplace pair is supported with one shifted coordinate",
             "it does not factorise over coordinates",
         )
-    parts = [_unrestricted_parts(pair.family, float(dl), name, a) for dl in deltas]
+    parts = [_unrestricted_parts(pair.law(float(dl)), name, a) for dl in deltas]
     total = math.fsum(parts)
     if name in ("kl", "tv", "js"):
         return done(total)

@@ -18,6 +18,7 @@ Samples come out in float32 unless ``dtype`` asks otherwise; ``dtype=jnp.float64
 mechanism                  D                           D'
 =========================  ==========================  ==============================================
 Laplace, Gaussian          zeros(d)                    v (the sensitivity vector)
+SubsampledGaussian         records [v] ('remove')      no records (shape [0, d]); swapped for 'add'
 NonPrivateRelease          zeros(d)                    v (default all ones)
 RandomizedResponse         category 0                  category 1
 MatrixMechanism            count vector zeros(m)       e_0 (one record of type 0 added)
@@ -56,7 +57,13 @@ from cbdp_jax._src.validation import (
     check_vector,
 )
 
-MECHANISM_NAMES = ("laplace", "gaussian", "randomized_response", "nonprivate")
+MECHANISM_NAMES = (
+    "laplace",
+    "gaussian",
+    "randomized_response",
+    "nonprivate",
+    "subsampled_gaussian",
+)
 
 Dataset = Any  # a pytree of arrays or Python numbers; its meaning is stated by each mechanism
 DTypeLike = Any
@@ -421,6 +428,118 @@ class GaussianMechanism(_AdditiveNoise):
         s = self.sigma
         z = (x - centre[None, :]) / s
         return jnp.sum(-0.5 * math.log(2.0 * math.pi * s * s) - 0.5 * z * z, axis=1)
+
+
+_MAX_SUBSET_RECORDS = 12  # log_density enumerates the 2^m subsets of the records
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SubsampledGaussianMechanism(Mechanism):
+    """One step of DP-SGD: a Poisson-sampled sum of the records' contributions plus Gaussian noise.
+
+    The dataset is the array ``x [m, dim]`` of the m records' (clipped) contributions, m >= 0. Each
+    record enters independently with probability q, and M(D) = sum_i B_i x_i + Z with B_i ~
+    Bernoulli(q) i.i.d. and Z ~ N(0, sigma^2 I), so the output density is the 2^m-component mixture
+
+        p(y) = sum_{S subset of [m]} q^|S| (1 - q)^(m - |S|) N(y; sum_{i in S} x_i, sigma^2 I).
+
+    The canonical pair is one record with contribution v (``sensitivity``) against none. Direction
+    ``'remove'`` (D' = D without the record): P = M([v]) = (1 - q) N(0, sigma^2 I) + q N(v, sigma^2 I)
+    and Q = M([]) = N(0, sigma^2 I); ``'add'`` swaps them. With ||v||_2 = 1 (the clipping norm) sigma is
+    DP-SGD's noise multiplier (docs/theory/subsampled_gaussian.md).
+
+    Attributes:
+      sigma: The noise standard deviation, finite and > 0.
+      sampling_rate: The Poisson sampling rate q in (0, 1] (q = 1 is the plain Gaussian mechanism).
+      sensitivity: The record's contribution v, entries finite and >= 0.
+      direction: ``'remove'`` or ``'add'``: which of the two laws is P in :func:`canonical_pair`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> mech = SubsampledGaussianMechanism(sigma=1.0, sampling_rate=0.01)
+      >>> mech.sample(jax.random.key(0), jnp.ones((3, 1)), 4).shape
+      (4, 1)
+
+    References:
+      Abadi et al., "Deep Learning with Differential Privacy", CCS 2016 (DP-SGD); Mironov, Talwar,
+      Zhang, "Renyi Differential Privacy of the Sampled Gaussian Mechanism", 2019.
+
+    """
+
+    sigma: float
+    sampling_rate: float
+    sensitivity: tuple[float, ...] = (1.0,)
+    direction: str = "remove"
+
+    family: ClassVar[str] = "subsampled_gaussian"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
+        rate = check_in_range("sampling_rate", self.sampling_rate, 0.0, 1.0, low_open=True)
+        object.__setattr__(self, "sampling_rate", rate)
+        object.__setattr__(self, "sensitivity", _as_float_tuple("sensitivity", self.sensitivity))
+        check_choice("direction", self.direction, ("remove", "add"))
+
+    @property
+    def dim(self) -> int:
+        """The output dimension, ``len(sensitivity)``."""
+        return len(self.sensitivity)
+
+    @property
+    def noise_scale(self) -> float:
+        """The noise standard deviation sigma."""
+        return self.sigma
+
+    @property
+    def label(self) -> str:
+        """E.g. ``'SubsampledGaussian(sigma=1, q=0.01, v=(1), remove)'``."""
+        return (
+            f"SubsampledGaussian(sigma={self.sigma:g}, q={self.sampling_rate:g}, "
+            f"v={_fmt(self.sensitivity)}, {self.direction})"
+        )
+
+    def _records(self, dataset: Dataset, dtype: np.dtype) -> jax.Array:
+        x = jnp.asarray(dataset)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            x = x.astype(jnp.result_type(float))
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            _fail(
+                "dataset",
+                f"<array of shape {x.shape}>",
+                f"must be the records' contributions, shape [m, {self.dim}] (m >= 0)",
+            )
+        return x.astype(dtype)
+
+    def _sample(self, key: jax.Array, dataset: Dataset, n: int, dtype: np.dtype) -> jax.Array:
+        x = self._records(dataset, dtype)
+        k_sel, k_noise = jax.random.split(key)
+        chosen = jax.random.bernoulli(k_sel, self.sampling_rate, (n, x.shape[0])).astype(dtype)
+        noise = jax.random.normal(k_noise, (n, self.dim), dtype=dtype)
+        return chosen @ x + self.sigma * noise
+
+    def log_density(self, dataset: Dataset, x: ArrayLike) -> jax.Array:
+        """Log of the 2^m-component mixture density (class docstring), shape ``[n]``; m <= 12."""
+        y = _check_points(self, x)
+        recs = self._records(dataset, y.dtype)
+        m = recs.shape[0]
+        if m > _MAX_SUBSET_RECORDS:
+            raise _no_density(self, f"the mixture has 2^{m} components (at most 2^12 supported)")
+        subsets = np.array(
+            [[(s >> i) & 1 for i in range(m)] for s in range(2**m)], dtype=np.float64
+        ).reshape(2**m, m)
+        sizes = subsets.sum(axis=1)
+        q = self.sampling_rate
+        log_out = math.log1p(-q) if q < 1.0 else -np.inf
+        with np.errstate(invalid="ignore"):
+            log_w = np.where(sizes > 0, sizes * math.log(q), 0.0)
+            log_w = log_w + np.where(m - sizes > 0, (m - sizes) * log_out, 0.0)
+        centres = jnp.asarray(subsets, dtype=y.dtype) @ recs  # [2^m, dim]
+        s = self.sigma
+        z = (y[:, None, :] - centres[None, :, :]) / s
+        comp = jnp.sum(-0.5 * math.log(2.0 * math.pi * s * s) - 0.5 * z * z, axis=2)
+        return jax.scipy.special.logsumexp(
+            comp + jnp.asarray(log_w, dtype=y.dtype)[None, :], axis=1
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -1216,6 +1335,10 @@ def _trees_equal(a: Any, b: Any) -> bool:
 
 
 def _canonical_datasets(mechanism: Mechanism) -> tuple[Dataset, Dataset]:
+    if isinstance(mechanism, SubsampledGaussianMechanism):
+        one = np.asarray(mechanism.sensitivity, dtype=np.float64)[None, :]
+        none = np.zeros((0, mechanism.dim))
+        return (one, none) if mechanism.direction == "remove" else (none, one)
     if isinstance(mechanism, (LaplaceMechanism, GaussianMechanism, NonPrivateRelease)):
         if mechanism.query is not None:
             _fail(
@@ -1295,8 +1418,14 @@ _FACTORY_PARAMS = {
     "gaussian": ("sigma", "sensitivity"),
     "randomized_response": ("epsilon", "k"),
     "nonprivate": ("sensitivity", "dim"),
+    "subsampled_gaussian": ("sigma", "sampling_rate", "sensitivity", "direction"),
 }
-_REQUIRED = {"laplace": ("epsilon",), "gaussian": ("sigma",), "randomized_response": ("epsilon",)}
+_REQUIRED = {
+    "laplace": ("epsilon",),
+    "gaussian": ("sigma",),
+    "randomized_response": ("epsilon",),
+    "subsampled_gaussian": ("sigma", "sampling_rate"),
+}
 
 
 def make_mechanism(name: str, **params: Any) -> Mechanism:
@@ -1304,7 +1433,8 @@ def make_mechanism(name: str, **params: Any) -> Mechanism:
 
     Args:
       name: One of ``MECHANISM_NAMES``: ``'laplace'`` (epsilon, sensitivity), ``'gaussian'`` (sigma,
-        sensitivity), ``'randomized_response'`` (epsilon, k), ``'nonprivate'`` (sensitivity, dim).
+        sensitivity), ``'randomized_response'`` (epsilon, k), ``'nonprivate'`` (sensitivity, dim),
+        ``'subsampled_gaussian'`` (sigma, sampling_rate, sensitivity, direction).
       **params: The parameters listed for the name. A parameter whose value is None counts as not
         given, so a CLI can pass every option it has.
 
@@ -1340,5 +1470,6 @@ def make_mechanism(name: str, **params: Any) -> Mechanism:
         "gaussian": GaussianMechanism,
         "randomized_response": RandomizedResponse,
         "nonprivate": NonPrivateRelease,
+        "subsampled_gaussian": SubsampledGaussianMechanism,
     }[name]
     return cls(**given)

@@ -35,6 +35,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     ),
     "capacity_curve": ("capacity_curve", "Privacy loss growing with adversary capacity"),
     "on_average_kl": ("on_average_kl", "On-Average KL privacy = gamma x generalization gap"),
+    "calibration": (
+        "calibration",
+        "Noise needed per adversary class vs the unrestricted requirement; DP-SGD table",
+    ),
+    "adaptive_composition": (
+        "adaptive_composition",
+        "Do adaptive 2- and 3-step releases exceed the sum of per-step values (network adversaries)?",
+    ),
 }
 
 PAPER_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "table1")

@@ -1,7 +1,7 @@
 """Exact restricted and unrestricted divergences for Laplace, Gaussian and point-mass pairs (public API).
 
 Deterministic float64 quadrature plus a concave (Newton) solver for classes linear in their parameters:
-linear, polynomial and user feature maps (MATH.md sections 3 and 6). Polynomial classes are solved in an
+linear, polynomial and user feature maps (docs/theory/objectives.md and mechanisms.md). Polynomial classes are solved in an
 orthonormal basis and certified (Newton decrement, monotonicity in the degree) up to a documented degree
 limit per noise family and divergence (docs/theory/exact_solver.md).
 """

@@ -141,7 +141,7 @@ def quad_dim(kind, mechanism, scale, shifts, alpha=None):
 
 
 def lin_renyi_exact_1d(mechanism, alpha, scale, shift):
-    """Exact (lin, Renyi), paper's |t| convention, via the scale-free cone form (MATH.md section 3).
+    """Exact (lin, Renyi), paper's |t| convention, via the scale-free cone form (docs/theory/objectives.md).
 
     With h = 1 + t x (E_P h = 1 since P is centred at 0; any h with E_P h > 0 is a positive multiple of
     one of these), D^lin = -log min_t E_Q |1 + t X|^A, A = alpha/(alpha - 1). Convex in t, so a bounded
@@ -366,12 +366,12 @@ def test_laplace_tv_rejects_vector_sensitivity():
 
 
 # --------------------------------------------------------------------------------------------------
-# (lin, Renyi) upper bounds, MATH.md numbers, crossings
+# (lin, Renyi) upper bounds, docs/theory/mechanisms.md numbers, crossings
 # --------------------------------------------------------------------------------------------------
 
 
 def test_math_md_example_values():
-    # MATH.md section 6 prints 6 decimals; half a unit in the last place.
+    # docs/theory/mechanisms.md prints 6 decimals; half a unit in the last place.
     tol = 5e-7
     assert laplace_renyi(4.0, 1.0) == pytest.approx(0.813689, abs=tol)
     assert laplace_lin_renyi_upper_bound(4.0, 1.0, form="paper") == pytest.approx(0.732408, abs=tol)
@@ -409,14 +409,16 @@ def test_printed_bound_fails_where_math_md_says_and_corrected_bound_holds(
 ):
     exact = lin_renyi_exact_1d(mechanism, alpha, scale, 1.0)
     if exact_math_md is not None:
-        # The bounded scalar search and quad give ~1e-9; MATH.md prints 6 decimals.
+        # The bounded scalar search and quad give ~1e-9; docs/theory/mechanisms.md prints 6 decimals.
         assert exact == pytest.approx(exact_math_md, abs=1e-6)
     bound = (
         laplace_lin_renyi_upper_bound if mechanism == "laplace" else gaussian_lin_renyi_upper_bound
     )
     assert bound(alpha, scale, form="corrected") >= exact
     if exact_math_md is not None and exact_math_md in (0.148649, 0.154682, 0.259270, 0.261861):
-        assert bound(alpha, scale, form="paper") < exact  # the counterexamples of MATH.md section 6
+        assert (
+            bound(alpha, scale, form="paper") < exact
+        )  # the counterexamples of docs/theory/mechanisms.md
 
 
 def test_corrected_bound_exceeds_paper_bound_by_construction():
@@ -465,10 +467,12 @@ def test_matrix_mechanism_bound_is_theorem_5():
 )
 def test_crossing_alphas_match_math_md(mechanism, kw, form, expected):
     a_star = lin_renyi_crossing_alpha(mechanism, form=form, **kw)
-    print(f"crossing alpha {mechanism} {kw} {form}: {a_star:.6f} (MATH.md ~{expected})")
+    print(
+        f"crossing alpha {mechanism} {kw} {form}: {a_star:.6f} (docs/theory/mechanisms.md ~{expected})"
+    )
     assert a_star == pytest.approx(
         expected, abs=0.1
-    )  # MATH.md reads them off a plot / to 2 decimals
+    )  # docs/theory/mechanisms.md reads them off a plot / to 2 decimals
     # Independent side of the crossing: the Renyi-DP by quadrature straddles the bound at a* -+ 1e-3.
     scale = kw.get("epsilon", kw.get("sigma"))
     bound = (

@@ -92,7 +92,7 @@ def test_scale_free_renyi_equals_fform_at_optimal_scale(alpha, convention):
 
 
 def test_scale_free_renyi_at_density_ratio_is_renyi():
-    """For h = (p/q)^(alpha-1) both expectations equal int p^a q^(1-a) (MATH.md section 3 check)."""
+    """For h = (p/q)^(alpha-1) both expectations equal int p^a q^(1-a) (docs/theory/objectives.md check)."""
     alpha, eps = 3.0, 1.0
     p = lambda x: 0.5 * eps * np.exp(-eps * abs(x))  # noqa: E731
     q = lambda x: 0.5 * eps * np.exp(-eps * abs(x - 1))  # noqa: E731

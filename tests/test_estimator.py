@@ -17,7 +17,7 @@ from cbdp_jax import InvalidParameterError
 from cbdp_jax.estimator import TRACE_COUNT, EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, NonPrivateRelease
 
-# Exact restricted values from MATH.md section 6 (independent quadrature, two methods).
+# Exact restricted values from docs/theory/mechanisms.md (independent quadrature, two methods).
 LIN_KL_LAPLACE_1 = 0.225987
 LIN_RENYI4_LAPLACE_1 = 0.410577
 KL_GAUSSIAN_1 = 0.5  # (lin, KL) = KL = 1 / (2 sigma^2)
@@ -238,7 +238,7 @@ def test_million_sample_accuracy_against_exact(mech, div, alpha, rel, adversary,
     )
     if mech == "laplace" and div == "kl" and degree == 3:
         # (poly_3, KL) = (poly_2, KL) for Laplace: any cubic term makes E_Q[exp h] infinite, so the
-        # exact optimum has none (MATH.md section 6), but a trained cubic coefficient is never exactly
+        # exact optimum has none (docs/theory/mechanisms.md), but a trained cubic coefficient is never exactly
         # 0 and f*(h) = exp(h - 1) then has infinite mean under Q. No finite sample certifies that
         # estimate; what must hold is that the result says so (or happens to be accurate).
         flagged = (not res.bound_reliable) or any("heavy tail" in w for w in res.warnings)

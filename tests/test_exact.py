@@ -1,9 +1,9 @@
-"""Exact (quadrature + Newton) divergences against closed forms, MATH.md's checked values and scipy.
+"""Exact (quadrature + Newton) divergences against closed forms, the theory notes' (docs/theory/mechanisms.md) checked values and scipy.
 
 Tolerances. The quadrature is composite Gauss-Legendre split at every kink with graded panels at the
 roots of h; on smooth pieces it is accurate to ~1e-13 relative and the Newton solver stops at a
 decrement of 1e-10 relative (value error ~1e-20), so agreement with closed forms is asserted at 1e-9
-relative, well inside the 1e-6 the exact layer promises. MATH.md prints 6 decimals, so its example
+relative, well inside the 1e-6 the exact layer promises. docs/theory/mechanisms.md prints 6 decimals, so its example
 values are compared at 6e-7 absolute (half a unit in the last place plus float noise).
 """
 
@@ -30,10 +30,10 @@ from cbdp_jax.exact import (
 )
 
 REL = 1e-9  # closed forms vs quadrature (see module docstring)
-MD = 6e-7  # MATH.md's six printed decimals
+MD = 6e-7  # the theory notes' (docs/theory/mechanisms.md) six printed decimals
 
 
-# Closed forms typed here from MATH.md section 6, independent of cbdp_jax.analytic.
+# Closed forms typed here from docs/theory/mechanisms.md, independent of cbdp_jax.analytic.
 def lin_kl_laplace_formula(e):
     s = math.sqrt(1.0 + e * e)
     return math.log(1.0 - ((1.0 - s) / e) ** 2) + s - 1.0
@@ -59,7 +59,7 @@ def sq_norm(v):
 
 
 # --------------------------------------------------------------------------------------------------
-# Closed forms (MATH.md section 6 / paper Table 1)
+# Closed forms (docs/theory/mechanisms.md / paper Table 1)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -145,7 +145,7 @@ def test_unrestricted_other_divergences_match_scipy(pair):
 
 
 # --------------------------------------------------------------------------------------------------
-# MATH.md's checked example values
+# the theory notes' (docs/theory/mechanisms.md) checked example values
 # --------------------------------------------------------------------------------------------------
 
 LAP1 = laplace_pair(1.0)

@@ -1,7 +1,7 @@
 """The paper-figure experiments (Figs 1a, 1b, 2a, 2b, Table 1) in quick mode: outputs and key claims.
 
 Each experiment returns a summary whose ``checks`` state one claim each. The expected outcome of every
-claim is fixed here: MATH.md's measured facts hold, and the paper claims MATH.md refutes fail (the printed
+claim is fixed here: the theory notes' (docs/theory/mechanisms.md) measured facts hold, and the paper claims docs/theory/mechanisms.md refutes fail (the printed
 (lin, Renyi) bound at eps = 0.5 / sigma = 2; "eventually decreasing" for Laplace poly_2 and poly_3); those
 are checks of kind 'paper' (findings about the paper), never software failures.
 """
@@ -69,7 +69,7 @@ def test_claims_have_expected_outcomes(outputs, name):
     [("fig1a", "Laplace eps=1", 3.3, 5.19), ("fig2a", "Gaussian sigma=1", 2.3, 2.53)],
 )
 def test_crossing_alphas(outputs, name, setting, paper, corrected):
-    """Where the upper bounds fall below Renyi-DP: the paper's number and MATH.md's, +- 0.15."""
+    """Where the upper bounds fall below Renyi-DP: the paper's number and the theory notes' (docs/theory/mechanisms.md), +- 0.15."""
     crossings = outputs[name][1]["crossings"][setting]
     for how in ("analytic", "bisection"):
         assert crossings[how]["paper"] == pytest.approx(paper, abs=0.15)
@@ -90,7 +90,9 @@ def test_printed_bound_violation_is_marked(outputs):
         for r in rows
         if r["setting"] == "Laplace eps=0.5" and r["paper_bound_below_exact"]
     }
-    assert 4.0 in marked  # MATH.md: exact 0.148649 > printed 0.135155 at alpha = 4
+    assert (
+        4.0 in marked
+    )  # docs/theory/mechanisms.md: exact 0.148649 > printed 0.135155 at alpha = 4
     assert not any(r["paper_bound_below_exact"] for r in rows if r["setting"] == "Laplace eps=1")
 
 

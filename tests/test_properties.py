@@ -59,7 +59,7 @@ def divergences(draw):
 
 
 def closed_form(family: str, par: float, name: str, alpha: float | None) -> float:
-    """Unrestricted divergence of the unit-shift pair, typed from MATH.md section 6 (log space)."""
+    """Unrestricted divergence of the unit-shift pair, typed from docs/theory/mechanisms.md (log space)."""
     if family == "gaussian":
         return (alpha if name == "renyi" else 1.0) / (2.0 * par * par)
     if name == "kl":

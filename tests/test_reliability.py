@@ -6,9 +6,9 @@ must exit with status 2 and exactly one stderr line starting ``error:``, without
 produced are listed in ``docs/errors.md``.
 
 Numerical extremes: analytic and exact values at epsilon in {0.01, 20}, sigma in {0.05, 50} and alpha in
-{1.01, 2, 10, 100} are compared with closed forms typed here from MATH.md section 6 (independent of
+{1.01, 2, 10, 100} are compared with closed forms typed here from docs/theory/mechanisms.md (independent of
 ``cbdp_jax.analytic``); estimator runs at those settings, in float32 and float64, must contain no NaN and
-must carry the warnings MATH.md section 9 requires.
+must carry the warnings docs/theory/bounds.md requires.
 
 Tolerances are stated where they are used. Estimator assertions are one-sided statements about a
 held-out lower bound: for a correct estimator each fails with probability <= 5% (the bound's level); the
@@ -489,7 +489,7 @@ SIG_EXT = (0.05, 50.0)
 ALPHAS_EXT = (1.01, 2.0, 10.0, 100.0)
 
 
-# Closed forms typed from MATH.md section 6 (and, for TV / chi^2 / Hellinger, integrated by hand for the
+# Closed forms typed from docs/theory/mechanisms.md (and, for TV / chi^2 / Hellinger, integrated by hand for the
 # 1-D shift pairs), written in a numerically stable way (expm1, log-space sums) so that they are an
 # independent reference at the extremes.
 def ref_laplace_kl(e):
@@ -522,7 +522,7 @@ def ref_laplace_hellinger(e):  # 2 (1 - BC), BC = (1 + e/2) e^{-e/2}
 
 
 def ref_lin_renyi_corrected_bound(a, e=None, s=None):
-    # MATH.md section 6, corrected bound, d = 1, v = 1
+    # docs/theory/mechanisms.md, corrected bound, d = 1, v = 1
     if e is not None:
         return math.log(2.0) + math.log1p(e**a) / (a - 1.0)
     return math.log(2.0) + math.log1p((math.pi / 2.0) ** ((a - 1.0) / 2.0) / s**a) / (a - 1.0)
@@ -591,12 +591,12 @@ def test_exact_values_at_extremes_never_nan_and_below_the_unrestricted_value(fam
         assert math.isfinite(res.value) or res.reason, label  # +inf only with a reason
         if not res.converged:
             assert res.reason, label  # a non-converged value must say why
-        # Restricted <= unrestricted (MATH.md section 2): the value is the f-form of one h in H, so
+        # Restricted <= unrestricted (docs/theory/divergences.md): the value is the f-form of one h in H, so
         # it can exceed the true divergence only by quadrature error (~1e-12 relative; 1e-9 allowed).
         assert res.value <= ref * (1.0 + 1e-9) + 1e-15, (label, res.value, ref)
         assert res.value >= -1e-12, label  # constants are in H, so D^H >= 0
         if div == "renyi" and alpha >= 2.0:
-            # The corrected (lin, Renyi) bound of MATH.md section 6 holds for the paper's convention.
+            # The corrected (lin, Renyi) bound of docs/theory/mechanisms.md holds for the paper's convention.
             bound = ref_lin_renyi_corrected_bound(
                 alpha,
                 e=par if family == "laplace" else None,
@@ -703,7 +703,7 @@ def test_estimator_at_extremes_has_no_nan_and_an_honest_bound(name, dtype):
     assert res.lower_bound <= _target(name), (res.lower_bound, _target(name))
     if not math.isfinite(res.estimate):
         assert res.warnings, "a non-finite estimate must come with a warning"
-    # MATH.md section 9: above log(n_test) an estimate cannot be certified, and must say so.
+    # docs/theory/bounds.md: above log(n_test) an estimate cannot be certified, and must say so.
     n_test = min(res.samples["test_p"], res.samples["test_q"])
     if math.isfinite(res.estimate) and res.estimate > math.log(n_test):
         assert any("log(n_test)" in w for w in res.warnings), res.warnings

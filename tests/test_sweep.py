@@ -24,7 +24,7 @@ from cbdp_jax.sweep import (
     train_sweep,
 )
 
-# Exact (lin, Renyi) for Laplace eps = 1 (MATH.md section 6, independent quadrature, two methods):
+# Exact (lin, Renyi) for Laplace eps = 1 (docs/theory/mechanisms.md, independent quadrature, two methods):
 # alpha = 2: log 1.5; alpha = 4: 0.410577.
 LAPLACE_LIN_RENYI = {2.0: math.log(1.5), 4.0: 0.410577}
 
@@ -92,7 +92,7 @@ def test_traced_alpha_gives_the_closed_forms_of_the_float_alpha():
     """One compiled function over an alpha grid equals the closed forms at each order.
 
     f*(s) = C_a |s|^A + 1/(a^2 - a) (paper Lemma 3) and the optimal scale
-    t* = (mean h_p / mean |h_q|^A)^(a - 1) / (a - 1) (MATH.md section 3) are written out here in numpy
+    t* = (mean h_p / mean |h_q|^A)^(a - 1) / (a - 1) (docs/theory/objectives.md) are written out here in numpy
     float64, independently of the library.
     """
     from cbdp_jax.divergences import alpha_conjugate, alpha_optimal_scale, get_divergence

@@ -1,9 +1,9 @@
 """Adversary classes as Flax NNX modules.
 
 An adversary is a function h: R^d -> R from a class H; the restricted divergence D_f^H takes the supremum
-of the variational objective over H (MATH.md section 2). Each class here is an NNX module mapping a batch
+of the variational objective over H (docs/theory/divergences.md). Each class here is an NNX module mapping a batch
 ``[n, d]`` to outputs ``[n]``, built from a frozen, hashable :class:`AdversarySpec` that also records the
-structural facts the estimator uses to pick a tighter objective (MATH.md section 3):
+structural facts the estimator uses to pick a tighter objective (docs/theory/objectives.md):
 
 - ``translation_invariant``: h in H implies h + c in H (a free output bias). Then KL^H is the supremum of
   the Donsker-Varadhan form.

@@ -1,6 +1,6 @@
 """Closed forms and bounds for the Laplace and Gaussian mechanisms, restricted and unrestricted.
 
-Setting (MATH.md section 6). The Laplace mechanism gives P = Lap(0, 1/eps)^d and Q = Lap(v, 1/eps), i.e.
+Setting (docs/theory/mechanisms.md). The Laplace mechanism gives P = Lap(0, 1/eps)^d and Q = Lap(v, 1/eps), i.e.
 coordinate i of Q is shifted by the sensitivity v_i; the Gaussian mechanism gives P = N(0, s^2 I_d) and
 Q = N(v, s^2 I_d). ``sensitivity`` is either a number (d = 1) or the vector v (d = len(v)); only |v_i|
 matters. Every function here is a plain float function of Python numbers (numpy inside, no JAX): these
@@ -15,7 +15,7 @@ eps), in log space with log1p / logaddexp. Inputs up to alpha = 100, eps = 20 gi
 
 References:
   Chaudhuri, Imola, Machanavajjhala, "Capacity Bounded Differential Privacy", NeurIPS 2019: Table 1,
-  eq. (4), Theorems 5, 6, 7 (and Theorem 13 / Corollary 2 of its appendix). MATH.md sections 2, 6, 7.
+  eq. (4), Theorems 5, 6, 7 (and Theorem 13 / Corollary 2 of its appendix). docs/theory/divergences.md, mechanisms.md and generalization.md.
 
 """
 
@@ -157,7 +157,7 @@ def laplace_kl(epsilon: float, sensitivity: SensitivityLike = 1.0) -> float:
         non-empty vector.
 
     References:
-      Paper Table 1 (KL, Laplace, unrestricted); MATH.md section 6.
+      Paper Table 1 (KL, Laplace, unrestricted); docs/theory/mechanisms.md.
 
     """
     eps = check_positive("epsilon", epsilon)
@@ -184,7 +184,7 @@ def laplace_lin_kl(epsilon: float, sensitivity: SensitivityLike = 1.0) -> float:
     argument of the first log is 2/(1 + sqrt(1+e^2))), which is stable for small and large e.
 
     The d-dimensional value is sum_i g(eps |v_i|). Reason: the lin class is translation invariant, so
-    (lin, KL) is the Donsker-Varadhan supremum sup_a E_P[a.x] - log E_Q[exp(a.x)] (MATH.md section 3,
+    (lin, KL) is the Donsker-Varadhan supremum sup_a E_P[a.x] - log E_Q[exp(a.x)] (docs/theory/objectives.md,
     paper Lemma 1). Under independent coordinates E_Q[exp(a.x)] = prod_i E_Q[exp(a_i x_i)], so the
     objective is a sum of per-coordinate objectives in separate variables a_i and the supremum is the
     sum of the one-dimensional suprema.
@@ -200,7 +200,7 @@ def laplace_lin_kl(epsilon: float, sensitivity: SensitivityLike = 1.0) -> float:
       InvalidParameterError: If epsilon or sensitivity is invalid.
 
     References:
-      Paper Table 1 (KL, Laplace, linear adversary), Lemma 1; MATH.md sections 3 and 6.
+      Paper Table 1 (KL, Laplace, linear adversary), Lemma 1; docs/theory/objectives.md and mechanisms.md.
 
     """
     eps = check_positive("epsilon", epsilon)
@@ -222,7 +222,7 @@ def gaussian_kl(sigma: float, sensitivity: SensitivityLike = 1.0) -> float:
       InvalidParameterError: If sigma or sensitivity is invalid.
 
     References:
-      Paper Table 1 (KL, Gaussian); MATH.md section 6.
+      Paper Table 1 (KL, Gaussian); docs/theory/mechanisms.md.
 
     """
     s = check_positive("sigma", sigma)
@@ -247,7 +247,7 @@ def gaussian_lin_kl(sigma: float, sensitivity: SensitivityLike = 1.0) -> float:
       InvalidParameterError: If sigma or sensitivity is invalid.
 
     References:
-      Paper Table 1 (KL, Gaussian, linear adversary); MATH.md section 6.
+      Paper Table 1 (KL, Gaussian, linear adversary); docs/theory/mechanisms.md.
 
     """
     return gaussian_kl(sigma, sensitivity)
@@ -298,7 +298,7 @@ def laplace_renyi(alpha: float, epsilon: float, sensitivity: SensitivityLike = 1
         sensitivity is invalid.
 
     References:
-      Paper eq. (4) and Table 1; Mironov (2017), Proposition 6; MATH.md section 6.
+      Paper eq. (4) and Table 1; Mironov (2017), Proposition 6; docs/theory/mechanisms.md.
 
     """
     a = check_alpha(alpha)
@@ -322,7 +322,7 @@ def gaussian_renyi(alpha: float, sigma: float, sensitivity: SensitivityLike = 1.
       InvalidParameterError: If alpha <= 1, or sigma or sensitivity is invalid.
 
     References:
-      Paper Table 1 (alpha-Renyi, Gaussian, unrestricted); MATH.md section 6.
+      Paper Table 1 (alpha-Renyi, Gaussian, unrestricted); docs/theory/mechanisms.md.
 
     """
     a = check_alpha(alpha)
@@ -348,7 +348,7 @@ def laplace_renyi_lower_bound(
       InvalidParameterError: If alpha <= 1, or epsilon or sensitivity is invalid.
 
     References:
-      Paper Table 1 (alpha-Renyi, Laplace, unrestricted); MATH.md section 6.
+      Paper Table 1 (alpha-Renyi, Laplace, unrestricted); docs/theory/mechanisms.md.
 
     """
     a = check_alpha(alpha)
@@ -369,8 +369,8 @@ def laplace_lin_renyi_upper_bound(
     - ``form="paper"``: the bound as printed in Table 1,
       (1/(alpha-1)) log(1 + 2^{d(alpha-1)} (eps ||v||_alpha)^alpha).
       It is NOT valid everywhere: at eps = 0.5, alpha = 4 (d = 1) it gives 0.135155 while the exact
-      (lin, Renyi) value is 0.148649 (MATH.md section 6).
-    - ``form="corrected"``: MATH.md section 6's valid bound, which keeps the factor 2^{-d} that the
+      (lin, Renyi) value is 0.148649 (docs/theory/mechanisms.md).
+    - ``form="corrected"``: docs/theory/mechanisms.md's valid bound, which keeps the factor 2^{-d} that the
       proof of Theorem 13 drops from the term C_a b^A:
       d log 2 + (1/(alpha-1)) log(1 + (eps ||v||_alpha)^alpha). It holds for the paper's |t|
       convention of the alpha-divergence (not for the t >= 0 variant).
@@ -393,7 +393,7 @@ def laplace_lin_renyi_upper_bound(
 
     References:
       Paper Table 1 (alpha-Renyi, Laplace, linear adversary), appendix Theorem 13 / Corollary 2;
-      MATH.md section 6.
+      docs/theory/mechanisms.md.
 
     """
     a = _check_upper_bound_alpha(alpha)
@@ -420,7 +420,7 @@ def gaussian_lin_renyi_upper_bound(
       (1/(alpha-1)) log(1 + 2^{d(alpha-1)} (pi/2)^{(alpha-1)/2} ||v||_alpha^alpha / sigma^alpha)
       (for d = 1 this is the 1-D row's sqrt(2 pi)^{alpha-1} / sigma^alpha). Not valid everywhere: at
       sigma = 2, alpha = 4 it gives 0.228431 while the exact (lin, Renyi) value is 0.259270.
-    - ``form="corrected"``: MATH.md section 6's valid bound
+    - ``form="corrected"``: docs/theory/mechanisms.md's valid bound
       d log 2 + (1/(alpha-1)) log(1 + (pi/2)^{(alpha-1)/2} ||v||_alpha^alpha / sigma^alpha).
 
     Evaluated in log space, so large alpha does not overflow.
@@ -439,7 +439,7 @@ def gaussian_lin_renyi_upper_bound(
 
     References:
       Paper Table 1 (alpha-Renyi, Gaussian, linear adversary), appendix Theorem 13 / Corollary 2;
-      MATH.md section 6.
+      docs/theory/mechanisms.md.
 
     """
     a = _check_upper_bound_alpha(alpha)
@@ -469,7 +469,7 @@ def matrix_mechanism_lin_renyi_upper_bound(
     - ``form="paper"``: (1/(alpha-1)) log(1 + 2^{s(alpha-1)} eps^alpha), as printed in Theorem 5; it
       inherits the flaw of the printed Table 1 bound (it is that bound with d = s).
     - ``form="corrected"``: s log 2 + (1/(alpha-1)) log(1 + eps^alpha), the corrected Laplace bound of
-      MATH.md section 6 with d = s and ||v||_alpha = 1.
+      docs/theory/mechanisms.md with d = s and ||v||_alpha = 1.
 
     A tighter value for a given A is :func:`laplace_lin_renyi_upper_bound` with
     sensitivity = A e_j / ||A||_1, maximised over the columns j.
@@ -488,7 +488,7 @@ def matrix_mechanism_lin_renyi_upper_bound(
         form is unknown.
 
     References:
-      Paper Theorem 5, Theorem 1 (post-processing), Table 1; MATH.md sections 5 and 6.
+      Paper Theorem 5, Theorem 1 (post-processing), Table 1; docs/theory/capacity_bounded_dp.md and mechanisms.md.
 
     """
     s = check_int_at_least("strategy_rows", strategy_rows, 1)
@@ -518,7 +518,7 @@ def pinsker_ipm_bound(kl_restricted: float) -> float:
       InvalidParameterError: If kl_restricted is negative or NaN.
 
     References:
-      Paper Theorem 7; MATH.md section 7.
+      Paper Theorem 7; docs/theory/generalization.md.
 
     """
     k = _check_nonneg_or_inf("kl_restricted", kl_restricted)
@@ -541,7 +541,7 @@ def generalization_gap_bound(epsilon: float) -> float:
       InvalidParameterError: If epsilon is negative or NaN.
 
     References:
-      Paper Theorem 6; MATH.md section 7.
+      Paper Theorem 6; docs/theory/generalization.md.
 
     """
     e = _check_nonneg_or_inf("epsilon", epsilon)
@@ -561,7 +561,7 @@ def classical_pinsker_tv_bound(kl: float) -> float:
       InvalidParameterError: If kl is negative or NaN.
 
     References:
-      Pinsker's inequality; compare paper Theorem 7 (its restricted analogue), MATH.md section 7.
+      Pinsker's inequality; compare paper Theorem 7 (its restricted analogue), docs/theory/generalization.md.
 
     """
     k = _check_nonneg_or_inf("kl", kl)
@@ -581,7 +581,7 @@ def classical_pinsker_ipm_bound(kl: float) -> float:
       InvalidParameterError: If kl is negative or NaN.
 
     References:
-      Pinsker's inequality; compare paper Theorem 7 (constant 8 there), MATH.md section 7.
+      Pinsker's inequality; compare paper Theorem 7 (constant 8 there), docs/theory/generalization.md.
 
     """
     k = _check_nonneg_or_inf("kl", kl)
@@ -609,7 +609,7 @@ def laplace_tv(epsilon: float, sensitivity: float = 1.0) -> float:
       InvalidParameterError: If epsilon is invalid or sensitivity has more than one entry.
 
     References:
-      MATH.md section 2 (total variation, f(t) = |t - 1|/2) and section 6 (setting).
+      docs/theory/divergences.md (total variation, f(t) = |t - 1|/2) and section 6 (setting).
 
     """
     eps = check_positive("epsilon", epsilon)
@@ -634,7 +634,7 @@ def gaussian_tv(sigma: float, sensitivity: SensitivityLike = 1.0) -> float:
       InvalidParameterError: If sigma or sensitivity is invalid.
 
     References:
-      MATH.md sections 2 and 6.
+      docs/theory/divergences.md and mechanisms.md.
 
     """
     s = check_positive("sigma", sigma)
@@ -659,7 +659,7 @@ def laplace_chi2(epsilon: float, sensitivity: SensitivityLike = 1.0) -> float:
       InvalidParameterError: If epsilon or sensitivity is invalid.
 
     References:
-      MATH.md section 2 (Pearson chi^2, f(t) = (t - 1)^2) and section 6; paper eq. (4) at alpha = 2.
+      docs/theory/divergences.md (Pearson chi^2, f(t) = (t - 1)^2) and section 6; paper eq. (4) at alpha = 2.
 
     """
     return _safe_expm1(laplace_renyi(2.0, epsilon, sensitivity))
@@ -679,7 +679,7 @@ def gaussian_chi2(sigma: float, sensitivity: SensitivityLike = 1.0) -> float:
       InvalidParameterError: If sigma or sensitivity is invalid.
 
     References:
-      MATH.md sections 2 and 6.
+      docs/theory/divergences.md and mechanisms.md.
 
     """
     return _safe_expm1(gaussian_renyi(2.0, sigma, sensitivity))
@@ -703,7 +703,7 @@ def laplace_hellinger(epsilon: float, sensitivity: SensitivityLike = 1.0) -> flo
       InvalidParameterError: If epsilon or sensitivity is invalid.
 
     References:
-      MATH.md section 2 (squared Hellinger) and section 6.
+      docs/theory/divergences.md (squared Hellinger) and section 6.
 
     """
     eps = check_positive("epsilon", epsilon)
@@ -726,7 +726,7 @@ def gaussian_hellinger(sigma: float, sensitivity: SensitivityLike = 1.0) -> floa
       InvalidParameterError: If sigma or sensitivity is invalid.
 
     References:
-      MATH.md sections 2 and 6.
+      docs/theory/divergences.md and mechanisms.md.
 
     """
     return -2.0 * math.expm1(-gaussian_kl(sigma, sensitivity) / 4.0)
@@ -753,7 +753,7 @@ def lin_renyi_crossing_alpha(
     positive to non-positive, then bisects in float64 to the last bit. Past this alpha the upper bound
     certifies that a linear adversary gains strictly less than an unrestricted one.
 
-    MATH.md section 6 states: Laplace eps = 1: printed bound near 3.3, corrected near 5.19; Gaussian
+    docs/theory/mechanisms.md states: Laplace eps = 1: printed bound near 3.3, corrected near 5.19; Gaussian
     sigma = 1: printed near 2.3, corrected near 2.53.
 
     Args:
@@ -774,7 +774,7 @@ def lin_renyi_crossing_alpha(
         (no crossing in the interval; the message names lo / hi).
 
     References:
-      Paper Figures 1a and 2a and the discussion after eq. (4); MATH.md section 6.
+      Paper Figures 1a and 2a and the discussion after eq. (4); docs/theory/mechanisms.md.
 
     """
     check_choice("mechanism", mechanism, MECHANISMS)

@@ -2,12 +2,12 @@
 
 For a convex f with f(1) = 0 the f-divergence has the variational (dual) form
 
-    D_f(P, Q) = sup_h  E_P[h(x)] - E_Q[f*(h(x))],                         (MATH.md section 2)
+    D_f(P, Q) = sup_h  E_P[h(x)] - E_Q[f*(h(x))],                         (docs/theory/divergences.md)
 
 and restricting h to a class H gives the restricted divergence D_f^H <= D_f. This module provides, for
 each divergence, f, its conjugate f* (returning +inf outside the conjugate's domain), and the objective
 as a pure JAX function of an adversary's outputs on P-samples and Q-samples. It also provides the tighter,
-scale-free forms of MATH.md section 3 (Donsker-Varadhan for KL; the scale-optimised Renyi form) and the
+scale-free forms of docs/theory/objectives.md (Donsker-Varadhan for KL; the scale-optimised Renyi form) and the
 closed-form optimal constant / scale that turns a direction trained with them back into a member of the
 plain f-form, which is what held-out evaluation must use.
 
@@ -135,7 +135,7 @@ class Divergence:
 
 
 # --------------------------------------------------------------------------------------------------
-# Generators and conjugates (MATH.md section 2 table)
+# Generators and conjugates (docs/theory/divergences.md table)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -153,7 +153,7 @@ def alpha_exponent(alpha: float) -> float:
 
 
 def alpha_conjugate_constant(alpha: float) -> float:
-    """C_a = (alpha - 1)^A / alpha, with A = alpha / (alpha - 1) (paper Lemma 3; MATH.md section 2)."""
+    """C_a = (alpha - 1)^A / alpha, with A = alpha / (alpha - 1) (paper Lemma 3; docs/theory/divergences.md)."""
     return math.exp(_log_alpha_conjugate_constant(alpha))
 
 
@@ -170,7 +170,7 @@ def _log(x):
 def alpha_conjugate(s: ArrayLike, alpha: ArrayLike, convention: str = "abs") -> jax.Array:
     """f*(s) = C_a |s|^A + 1/(a^2 - a) of the alpha-divergence, A = a/(a-1), C_a = (a-1)^A / a.
 
-    Paper Lemma 3 (MATH.md section 2); with ``convention='nonneg'`` |s| becomes max(s, 0). ``alpha`` is
+    Paper Lemma 3 (docs/theory/divergences.md); with ``convention='nonneg'`` |s| becomes max(s, 0). ``alpha`` is
     a Python float (its constants are then formed in double precision) or an array, possibly traced, so
     that one compiled program serves a grid of orders. The product is formed as exp(log C_a + A log|s|):
     C_a alone underflows float32 for alpha near 1 (1e-202 at alpha = 1.01) while |s|^A overflows.
@@ -332,7 +332,7 @@ def _log_mean_exp_jvp(axis, primals, tangents):
 
 
 def donsker_varadhan(h_p: ArrayLike, h_q: ArrayLike) -> jax.Array:
-    """The Donsker-Varadhan form  mean(h_p) - log mean(exp(h_q))  (MATH.md section 3; paper Lemma 1).
+    """The Donsker-Varadhan form  mean(h_p) - log mean(exp(h_q))  (docs/theory/objectives.md; paper Lemma 1).
 
     Equals the KL f-form at the optimal constant shift, so for translation-invariant H its supremum is
     KL^H. The log of a sample mean is biased upward; use it to train, not to report.
@@ -359,7 +359,7 @@ def renyi_scale_free(
     """The scale-optimised Renyi form  A log mean(h_p) - log mean(|h_q|^A),  A = alpha / (alpha - 1).
 
     For a cone H, its supremum over h in H with E_P[h] > 0 is the restricted Renyi divergence
-    (MATH.md section 3). Returns -inf when mean(h_p) <= 0. Biased upward as a sample estimate: use it to
+    (docs/theory/objectives.md). Returns -inf when mean(h_p) <= 0. Biased upward as a sample estimate: use it to
     train, then evaluate the f-form at the scale from :func:`alpha_optimal_scale`.
 
     Args:

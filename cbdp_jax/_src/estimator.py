@@ -1,7 +1,7 @@
 """Empirical capacity-bounded privacy: adversaries trained on samples, evaluated on held-out samples.
 
 The estimate of D^H(P, Q) is the plain f-form of ONE fixed trained adversary on samples it never saw
-(MATH.md section 9): training samples fit the ensemble, validation samples pick the member and the
+(docs/theory/bounds.md): training samples fit the ensemble, validation samples pick the member and the
 early-stopping point, and held-out test samples give the estimate, its standard error and a one-sided
 lower confidence bound. Because the evaluated h is one member of H, the estimate is (in expectation) a
 lower bound on D^H, and its confidence bound is a certified (asymptotically, by the CLT) lower bound.
@@ -84,7 +84,7 @@ class EstimatorConfig:
       family_size: The bound is one of ``family_size`` simultaneous bounds (several classes, orders
         or settings checked at once): it is taken at level 1 - delta / family_size (Bonferroni), so
         all of them hold together with probability >= confidence.
-      tight: Train with the tighter forms of MATH.md section 3 where the class allows it.
+      tight: Train with the tighter forms of docs/theory/objectives.md where the class allows it.
       dtype: ``'float32'`` (default) or ``'float64'`` (needs ``jax_enable_x64``).
       split: Train / validation / test fractions for :func:`estimate_from_samples`.
       both_directions: Also estimate D^H(Q, P) and report the maximum with a Bonferroni bound.
@@ -768,7 +768,7 @@ def estimate_from_samples(
       True
 
     References:
-      MATH.md section 9; paper eq. (1)-(3).
+      docs/theory/bounds.md; paper eq. (1)-(3).
 
     """
     t0 = time.perf_counter()

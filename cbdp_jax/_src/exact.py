@@ -1,7 +1,7 @@
 """Exact restricted and unrestricted divergences for known noise laws (quadrature + a concave solver).
 
 For a class H linear in its parameters, h_theta(x) = theta . phi~(x) with phi~ = (1, phi), the restricted
-f-divergence is the supremum of a concave function of theta (MATH.md section 6, last paragraph):
+f-divergence is the supremum of a concave function of theta (docs/theory/mechanisms.md, last paragraph):
 
     D_f^H(P, Q) = sup_theta  E_P[h_theta] - E_Q[f*(h_theta)].
 
@@ -9,7 +9,7 @@ Both expectations are computed here by deterministic float64 quadrature (:mod:`q
 Gauss-Legendre split at the density kinks and at the roots of h, geometric tails), and the supremum by a
 damped Newton method with backtracking line search written in JAX (``lax.while_loop``, ``jax.hessian``),
 vmapped over several starting points and over a batch of problems (e.g. a grid of Renyi orders), keeping
-the best start. The solver works with the tighter, equivalent forms of MATH.md section 3:
+the best start. The solver works with the tighter, equivalent forms of docs/theory/objectives.md:
 
 * KL (H contains constants): the Donsker-Varadhan form  sup_u E_P[u.phi] - log E_Q[exp(u.phi)], concave;
   the optimal constant is then b = 1 - log E_Q[exp(u.phi)].
@@ -43,7 +43,7 @@ The domain is open and the objective tends to -inf at its boundary, so the Newto
 inside by rejecting infeasible trial points in the line search (no barrier needed). For Renyi / alpha
 every polynomial has finite moments under both noise laws, so no constraint arises. For total variation,
 squared Hellinger and Jensen-Shannon f* is +inf above a finite level, so no non-constant polynomial h on R
-is admissible and the restricted value is 0 (MATH.md section 6: degenerate); for a user feature map the
+is admissible and the restricted value is 0 (docs/theory/mechanisms.md: degenerate); for a user feature map the
 level constraint is enforced on every quadrature node.
 
 Supported shapes: 1-D pairs with any adversary; d-dimensional pairs (independent coordinates) with the
@@ -54,7 +54,7 @@ dropped: by reflection symmetry and convexity their optimal coefficient is 0); m
 
 References:
   Chaudhuri, Imola, Machanavajjhala, "Capacity Bounded Differential Privacy", NeurIPS 2019: eq. (1)-(4),
-  Lemma 1, Lemma 2, Table 1, Figures 1-2. MATH.md sections 2, 3, 5, 6.
+  Lemma 1, Lemma 2, Table 1, Figures 1-2. docs/theory/divergences.md, objectives.md, capacity_bounded_dp.md and mechanisms.md.
 
 """
 
@@ -127,7 +127,7 @@ _N_BUCKET = 4096  # node counts are padded to a power of two >= this (fewer reco
 
 @dataclasses.dataclass(frozen=True)
 class NoisePair:
-    """The two output laws of a noise mechanism on neighbouring datasets (MATH.md section 6).
+    """The two output laws of a noise mechanism on neighbouring datasets (docs/theory/mechanisms.md).
 
     P = family(0, scale)^d and Q = family(shift, scale), coordinatewise independent: Laplace with scale b
     has density exp(-|x|/b) / (2b) per coordinate, Gaussian with scale s is N(0, s^2). The family
@@ -626,7 +626,7 @@ def _relevant_roots(z: np.ndarray, score: np.ndarray, roots: np.ndarray) -> np.n
     """Roots of h where the integrand is not negligible (within exp(-46) of its peak nearby).
 
     Splitting at a root only pays where the integrand has mass; roots in the far tails (or near 1e14
-    for a tiny leading coefficient, MATH.md section 6 pitfall) would only add nodes.
+    for a tiny leading coefficient, docs/theory/mechanisms.md pitfall) would only add nodes.
     """
     if roots.size == 0:
         return roots
@@ -1107,7 +1107,7 @@ def _evaluate(
         b = 1.0 - log_m
         theta_z = np.concatenate([[b], u])
         h_all = b + s
-        # f* = exp(s - 1) (MATH.md section 2), summed as exp(log w q + h - 1): far-tail nodes have
+        # f* = exp(s - 1) (docs/theory/divergences.md), summed as exp(log w q + h - 1): far-tail nodes have
         # w q = 0 while exp(h - 1) overflows, and 0 * inf must not turn the sum into NaN.
         with np.errstate(divide="ignore"):
             f_value = float(wp @ h_all - np.sum(_exp(np.log(wq) + h_all - 1.0)))
@@ -1638,7 +1638,7 @@ def _structural_value(pair: NoisePair, name: str, adv: _Adversary) -> tuple[floa
         if adv.kind != "feature_map":
             return 0.0, (
                 f"degenerate: f* of {name} is +inf above a finite level, so no non-constant "
-                "polynomial h on R is admissible and the best constant gives 0 (MATH.md section 6)"
+                "polynomial h on R is admissible and the best constant gives 0 (docs/theory/mechanisms.md)"
             )
         if name == "tv":
             raise InvalidParameterError(
@@ -1666,7 +1666,7 @@ def _structural_value(pair: NoisePair, name: str, adv: _Adversary) -> tuple[floa
                 )
         return math.inf, (
             "P and Q are distinct point masses: an h in H separates them and the objective is "
-            "unbounded (paper Lemma 2; MATH.md section 5)"
+            "unbounded (paper Lemma 2; docs/theory/capacity_bounded_dp.md)"
         )
     return None
 
@@ -2020,7 +2020,7 @@ def restricted_divergence(
     Returns:
       An :class:`ExactResult`. Separable pairs (distinct point masses, paper Lemma 2) give ``+inf``
       with a reason; total variation, Hellinger and Jensen-Shannon with polynomial classes give 0 with
-      a reason (degenerate, MATH.md section 6).
+      a reason (degenerate, docs/theory/mechanisms.md).
 
     Raises:
       InvalidParameterError: For an unknown divergence / adversary / convention, degree < 1 or above
@@ -2032,11 +2032,11 @@ def restricted_divergence(
 
     Examples:
       >>> r = restricted_divergence(laplace_pair(1.0), "renyi", alpha=2.0)
-      >>> round(r.value, 6)  # = log(1.5) (MATH.md section 6)
+      >>> round(r.value, 6)  # = log(1.5) (docs/theory/mechanisms.md)
       0.405465
 
     References:
-      Paper eq. (1)-(3), Lemma 1, Lemma 2, Figures 1-2; MATH.md sections 2, 3, 6.
+      Paper eq. (1)-(3), Lemma 1, Lemma 2, Figures 1-2; docs/theory/divergences.md, objectives.md and mechanisms.md.
 
     """
     res = _restricted_many(pair, divergence, adversary, degree, [alpha], convention, n_starts, tol)

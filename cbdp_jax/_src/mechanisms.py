@@ -1,6 +1,6 @@
 """Randomized mechanisms as frozen value objects with pure JAX samplers and exact log densities.
 
-A mechanism M maps a dataset D to a random output in R^d (MATH.md section 1). Each mechanism here is a
+A mechanism M maps a dataset D to a random output in R^d (docs/theory/capacity_bounded_dp.md). Each mechanism here is a
 frozen, hashable dataclass (so it can be a static argument of ``jax.jit``) whose docstring states its
 exact output law and sensitivity, with
 
@@ -12,7 +12,7 @@ exact output law and sensitivity, with
 
 Samples come out in float32 unless ``dtype`` asks otherwise; ``dtype=jnp.float64`` needs
 ``jax_enable_x64``. A privacy question is asked about a :class:`NeighbouringPair` (M, D, D'), and
-:func:`canonical_pair` builds the paper's standard pair for each built-in mechanism (MATH.md section 6):
+:func:`canonical_pair` builds the paper's standard pair for each built-in mechanism (docs/theory/mechanisms.md):
 
 =========================  ==========================  ==============================================
 mechanism                  D                           D'
@@ -319,7 +319,7 @@ class LaplaceMechanism(_AdditiveNoise):
 
     ``sensitivity`` is the vector v of per-coordinate global sensitivities, |f(D)_i - f(D')_i| <= v_i; it
     fixes ``dim = len(v)`` and the canonical neighbouring pair f(D) = 0, f(D') = v (paper section 5;
-    MATH.md section 6). With ||v||_1 <= 1 the mechanism is epsilon-DP.
+    docs/theory/mechanisms.md). With ||v||_1 <= 1 the mechanism is epsilon-DP.
 
     Attributes:
       epsilon: The privacy parameter, finite and > 0; the noise scale is ``1 / epsilon``.
@@ -381,7 +381,7 @@ class GaussianMechanism(_AdditiveNoise):
         p(x) = prod_i (2 pi sigma^2)^(-1/2) exp(-(x_i - f(D)_i)^2 / (2 sigma^2)).
 
     ``sensitivity`` is the vector v of per-coordinate sensitivities; it fixes ``dim = len(v)`` and the
-    canonical pair f(D) = 0, f(D') = v (paper section 5; MATH.md section 6).
+    canonical pair f(D) = 0, f(D') = v (paper section 5; docs/theory/mechanisms.md).
 
     Attributes:
       sigma: The noise standard deviation, finite and > 0.
@@ -952,7 +952,7 @@ class JointRelease(Mechanism):
 
     The dataset is a tuple with one dataset per component, and the output is
     (M_1(D_1), ..., M_k(D_k)) in R^(d_1 + ... + d_k), components independent, so the log density is the
-    sum of the components'. Two uses (MATH.md section 5):
+    sum of the components'. Two uses (docs/theory/capacity_bounded_dp.md):
 
     * sequential composition on the same data (paper Thm 4, eps_1 + eps_2 for H = {h_1 + h_2}): pass the
       same dataset for every component, ``(d, d)``;
@@ -1380,7 +1380,7 @@ def _canonical_datasets(mechanism: Mechanism) -> tuple[Dataset, Dataset]:
 
 
 def canonical_pair(mechanism: Mechanism) -> NeighbouringPair:
-    """The paper's standard neighbouring pair for a built-in mechanism (MATH.md section 6).
+    """The paper's standard neighbouring pair for a built-in mechanism (docs/theory/mechanisms.md).
 
     Laplace / Gaussian / NonPrivateRelease: f(D) = zeros(d), f(D') = v (the sensitivity vector; all ones
     by default for NonPrivateRelease). RandomizedResponse: category 0 vs 1. MatrixMechanism: count

@@ -1,6 +1,6 @@
 """Which variational objective trains a class, and how a trained h becomes a member of the plain f-form.
 
-MATH.md section 3: for translation-invariant classes KL is trained with the Donsker-Varadhan form and for
+docs/theory/objectives.md: for translation-invariant classes KL is trained with the Donsker-Varadhan form and for
 cones the Renyi / alpha divergence with the scale-free form; both are supremum-preserving and
 scale-free, and both are biased as sample estimates (a log of a sample mean). The trained direction is
 therefore turned back into one fixed function of the plain f-form -- the fitted constant for KL, the
@@ -156,7 +156,7 @@ def objective_functions(kind: str, divergence: str, convention: str = "abs") -> 
 
 
 def choose_objective(div: Divergence, spec: AdversarySpec, *, tight: bool = True) -> Objective:
-    """Picks the tightest valid training objective for the divergence and class (MATH.md section 3)."""
+    """Picks the tightest valid training objective for the divergence and class (docs/theory/objectives.md)."""
     if tight and div.name == "kl" and spec.translation_invariant:
         kind = "dv"
     elif tight and div.name in ("renyi", "alpha") and spec.is_cone and div.convention == "abs":
@@ -192,7 +192,7 @@ def conservative_fit(
     """Moves the fitted scale (alpha family) or constant (KL) to maximise a validation lower bound.
 
     The closed-form fit maximises the *mean* of the f-form; under heavy tails (f*(h) with huge or
-    infinite variance under Q, MATH.md section 9) that point has a useless confidence bound. The f-form
+    infinite variance under Q, docs/theory/bounds.md) that point has a useless confidence bound. The f-form
     of t * h (or h + c) is concave in t (or c), and shrinking t (lowering c) cuts the variance of
     f*(h) fast while costing little value, so we search a grid below the closed-form point -- t * 2^(-k/2)
     or c - k/4, k = 0..40 -- for the largest value - z * SE on VALIDATION samples (never the test

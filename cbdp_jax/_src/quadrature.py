@@ -162,7 +162,7 @@ def rule_1d(
 
     Roots beyond the covered range (more than ``extent`` past the uniform regions) are dropped: the
     integrand there is negligible and a root near 1e14 (a tiny leading coefficient) would otherwise
-    create a useless giant panel (MATH.md section 6, quadrature pitfall).
+    create a useless giant panel (docs/theory/mechanisms.md, quadrature pitfall).
 
     Returns:
       ``(nodes, weights)``, nodes sorted ascending.

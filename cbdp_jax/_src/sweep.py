@@ -10,7 +10,7 @@ transforms of one uniform draw), the noise scale (1/epsilon or sigma), the sensi
 alpha and the learning rate are traced arrays. Changing their values therefore never recompiles;
 neither does a second call with the same shapes.
 
-Per member (MATH.md section 9), exactly as :func:`cbdp_jax.estimator.estimate` with fresh samples:
+Per member (docs/theory/bounds.md), exactly as :func:`cbdp_jax.estimator.estimate` with fresh samples:
 
 - P = M(0) and Q = M(v) (the canonical pair), sampled inside the compiled step with the member's scale:
   every optimiser step draws a new minibatch, so training memory does not grow with the step count.
@@ -143,7 +143,7 @@ class SweepConfig:
       confidence: Level 1 - delta of the one-sided lower confidence bound.
       family_size: Each member's bound is one of ``family_size`` simultaneous bounds, taken at level
         1 - delta / family_size (Bonferroni).
-      tight: Train with the tight forms of MATH.md section 3 where the class allows it.
+      tight: Train with the tight forms of docs/theory/objectives.md where the class allows it.
       dtype: ``'float32'`` or ``'float64'`` (needs ``jax_enable_x64``).
       guarantee: ``'asymptotic'`` (the CLT bound, refused when the held-out tails look infinite),
         ``'finite-sample'`` (bounded classes only: ``bound=B``; no assumption) or ``'auto'``
@@ -1279,7 +1279,7 @@ def select_best(
 
     Grid points are told apart by the fields ``by`` (all but the seed by default). The choice uses
     validation samples only, which are independent of each member's test samples, so the selected
-    row's held-out estimate and bound stay honest (MATH.md section 9).
+    row's held-out estimate and bound stay honest (docs/theory/bounds.md).
     """
     best: dict[tuple, dict[str, Any]] = {}
     for row in rows:

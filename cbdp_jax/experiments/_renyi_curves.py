@@ -260,7 +260,7 @@ def lin_figure(
             sel = ~np.isnan(corrected)
             checks.append(
                 check(
-                    f"{tag}: corrected upper bound >= exact (lin, Renyi) for alpha >= 2 (MATH.md)",
+                    f"{tag}: corrected upper bound >= exact (lin, Renyi) for alpha >= 2 (docs/theory/mechanisms.md)",
                     bool(np.all(corrected[sel] >= exact_v[sel])),
                     f"min gap {np.min(corrected[sel] - exact_v[sel]):.4g}",
                 )
@@ -284,7 +284,7 @@ def lin_figure(
             if panel == 0:
                 for form, want, who in (
                     ("paper", paper_crossing, "paper"),
-                    ("corrected", math_crossing, "MATH.md"),
+                    ("corrected", math_crossing, "docs/theory/mechanisms.md"),
                 ):
                     got = cross[form]
                     checks.append(
@@ -343,7 +343,7 @@ def poly_figure(
 ) -> dict[str, Any]:
     """Figure 1b / 2b: exact (poly_k, Renyi) for k = 1, 2, 3 beside Renyi-DP, to alpha = 10 and 50.
 
-    ``expected_peaks`` holds MATH.md's measured peak orders (None: still rising at alpha = 50).
+    ``expected_peaks`` holds the theory notes' (docs/theory/mechanisms.md) measured peak orders (None: still rising at alpha = 50).
     """
     plt = pyplot()
     base = QUICK_ALPHAS if quick else ALPHAS
@@ -416,10 +416,10 @@ def poly_figure(
             want = expected_peaks.get(k)
             if want is None:
                 ok = not dec and a_pk == alphas[-1]
-                claim = f"{setting.label}: ({lab}, Renyi) still rising at alpha = 50 (MATH.md)"
+                claim = f"{setting.label}: ({lab}, Renyi) still rising at alpha = 50 (docs/theory/mechanisms.md)"
             else:
                 ok = dec and abs(a_pk - want) <= max(0.35, 0.15 * want)
-                claim = f"{setting.label}: ({lab}, Renyi) peaks near alpha = {want:g} (MATH.md)"
+                claim = f"{setting.label}: ({lab}, Renyi) peaks near alpha = {want:g} (docs/theory/mechanisms.md)"
             checks.append(check(claim, ok, desc))
         axes[1].legend(
             [plt.Line2D([], [], marker="v", ls="", color="0.3")], ["peak on the grid"], fontsize=8,

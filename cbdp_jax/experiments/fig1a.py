@@ -1,10 +1,10 @@
 """Paper Figure 1a: exact (lin, Renyi) of the Laplace mechanism, its upper bounds and Renyi-DP.
 
 Panel (a) is the paper's setting, eps = 1: the exact (lin, Renyi) parameter (quadrature + Newton,
-:mod:`cbdp_jax.exact`), the Table 1 upper bound as printed and as corrected in MATH.md section 6, the
+:mod:`cbdp_jax.exact`), the Table 1 upper bound as printed and as corrected in docs/theory/mechanisms.md, the
 exact Renyi-DP parameter (eq. 4) and its lower bound. The paper reports the printed bound crossing
-Renyi-DP near alpha = 3.3; MATH.md puts the corrected bound's crossing near 5.19. Panel (b), eps = 0.5,
-shows the printed bound falling below the exact value (MATH.md: alpha = 4 and 7).
+Renyi-DP near alpha = 3.3; docs/theory/mechanisms.md puts the corrected bound's crossing near 5.19. Panel (b), eps = 0.5,
+shows the printed bound falling below the exact value (docs/theory/mechanisms.md: alpha = 4 and 7).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The paper says the values rise with k toward Renyi-DP and "eventually decrease" in alpha. The first holds
 at every order; the second is measured here on an extended grid up to alpha = 50: it holds for the
 linear class (peak near alpha = 2.75) but the poly_2 and poly_3 curves are still rising at alpha = 50
-(MATH.md section 6).
+(docs/theory/mechanisms.md).
 """
 
 from __future__ import annotations

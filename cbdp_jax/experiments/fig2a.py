@@ -1,8 +1,8 @@
 """Paper Figure 2a (appendix): exact (lin, Renyi) of the Gaussian mechanism, its bounds and Renyi-DP.
 
 Panel (a) is the paper's setting, sigma = 1, where the printed Table 1 bound crosses Renyi-DP near
-alpha = 2.3 (MATH.md: the corrected bound near 2.53); panel (b), sigma = 2, shows the printed bound
-falling below the exact (lin, Renyi) value (MATH.md section 6: alpha = 4 and 7).
+alpha = 2.3 (docs/theory/mechanisms.md: the corrected bound near 2.53); panel (b), sigma = 2, shows the printed bound
+falling below the exact (lin, Renyi) value (docs/theory/mechanisms.md: alpha = 4 and 7).
 """
 
 from __future__ import annotations

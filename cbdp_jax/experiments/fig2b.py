@@ -1,7 +1,7 @@
 """Paper Figure 2b (appendix): exact (poly_k, Renyi), k = 1, 2, 3, of the Gaussian mechanism (sigma = 1).
 
 Rising with k toward Renyi-DP holds at every order. "Eventually decreasing in alpha" holds for all three
-classes here, with peaks near alpha = 1.75 (lin), 4 (poly_2) and 20 (poly_3) (MATH.md section 6).
+classes here, with peaks near alpha = 1.75 (lin), 4 (poly_2) and 20 (poly_3) (docs/theory/mechanisms.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""On-Average KL privacy equals gamma x the generalization gap (Wang, Lei, Fienberg 2016; MATH.md 8).
+"""On-Average KL privacy equals gamma x the generalization gap (Wang, Lei, Fienberg 2016; docs/theory/on_average_kl.md).
 
 Posterior sampling A(Z) draws theta with density proportional to exp(-gamma sum_i loss(theta, z_i)) on a
 bounded hypothesis space Theta (uniform prior). With Z = (z_1..z_n) i.i.d. from D, a fresh z ~ D and Z'

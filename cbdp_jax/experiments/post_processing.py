@@ -5,7 +5,7 @@ M_A(W, x, eps) = W A^+ (A x + ||A||_1 Lap_s(0, 1/eps)) is the linear map R = W A
 s-dimensional Laplace release y = A x + ||A||_1 Lap_s(0, 1/eps). Every linear function of R y is a linear
 function of y, so the (lin, Renyi) value of the release is at most that of y. Measured here with the
 estimator (held-out values, linear class) for alpha = 2 and 4, beside the exact (lin, Renyi) value of the
-source y (quadrature, :mod:`cbdp_jax.exact`) and the Thm 5 bound, printed and corrected (MATH.md 6).
+source y (quadrature, :mod:`cbdp_jax.exact`) and the Thm 5 bound, printed and corrected (docs/theory/mechanisms.md).
 
 Non-linear post-processing. The linear guarantee is not closed under non-linear maps: for the Laplace
 mechanism M (eps = 1, pair 0 vs 1) and g(x) = clip(x, 0, 1), the log-likelihood ratio of M's pair is
@@ -263,7 +263,7 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
                     f"Thm 5, alpha={alpha:g}: the paper's printed bound also holds at this setting",
                     max(ex_src.value, lb_fw(res_post)) <= bound_paper,
                     f"exact source {ex_src.value:.4f}, post lower bound {lb_fw(res_post):.4f} "
-                    f"<= printed {bound_paper:.4f} (the printed form can fail elsewhere, MATH.md 6)",
+                    f"<= printed {bound_paper:.4f} (the printed form can fail elsewhere, docs/theory/mechanisms.md)",
                 )
             )
 

@@ -1,6 +1,6 @@
 """Paper Table 1: every row, closed form or bound beside the exact numerical value.
 
-Rows (paper Table 1; MATH.md section 6): KL of the Laplace and Gaussian mechanisms (linear adversary and
+Rows (paper Table 1; docs/theory/mechanisms.md): KL of the Laplace and Gaussian mechanisms (linear adversary and
 unrestricted: closed forms vs quadrature), and alpha-Renyi for Laplace and Gaussian in 1-D and d-dim
 (linear adversary: the upper bound as printed and as corrected beside the exact restricted value;
 unrestricted: the paper's lower bound / closed form beside quadrature). The 1-D Renyi rows are shown at
@@ -74,7 +74,7 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         if corrected is not None:
             checks.append(
                 check(
-                    f"{tag}: exact <= corrected upper bound (MATH.md)",
+                    f"{tag}: exact <= corrected upper bound (docs/theory/mechanisms.md)",
                     exact_value <= corrected,
                     f"exact {exact_value:.6f} <= corrected {corrected:.6f}",
                 )

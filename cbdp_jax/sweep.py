@@ -1,6 +1,5 @@
 """Sweeps of many adversaries in one compiled program, sharded over devices (public API)."""
 
-from cbdp_jax._src.sweep import TRACE_COUNT as TRACE_COUNT
 from cbdp_jax._src.sweep import Member as Member
 from cbdp_jax._src.sweep import SweepConfig as SweepConfig
 from cbdp_jax._src.sweep import SweepTraining as SweepTraining
@@ -10,7 +9,6 @@ from cbdp_jax._src.sweep import select_best as select_best
 from cbdp_jax._src.sweep import train_sweep as train_sweep
 
 __all__ = [
-    "TRACE_COUNT",
     "Member",
     "SweepConfig",
     "SweepTraining",

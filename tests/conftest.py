@@ -10,7 +10,9 @@ property test that fails once fails every time, and CI cannot be red by the luck
 
 import os
 
+import chex
 import jax
+import pytest
 from hypothesis import settings
 
 jax.config.update("jax_enable_x64", True)
@@ -18,3 +20,16 @@ jax.config.update("jax_enable_x64", True)
 settings.register_profile("derandomized", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+
+
+@pytest.fixture
+def max_traces(monkeypatch):
+    """``max_traces(module, name, n)``: the body ``module.name`` of a compiled program may be traced at
+    most ``n`` more times in this test (``chex.assert_max_traces``; the programs look their bodies up
+    when traced, so the wrapper sees every trace and nothing else)."""
+
+    def wrap(module, name: str, n: int) -> None:
+        chex.clear_trace_counter()
+        monkeypatch.setattr(module, name, chex.assert_max_traces(getattr(module, name), n=n))
+
+    return wrap

@@ -7,6 +7,7 @@ gap >= 0. We allow 4 SE (a 4-sigma two-sided band: a correct estimator leaves it
 deterministic, and a biased or in-sample estimator fails it.
 """
 
+import dataclasses
 import math
 
 import jax
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax.estimator import TRACE_COUNT, EstimatorConfig, estimate, estimate_from_samples
+from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, NonPrivateRelease
 
 # Exact restricted values from docs/theory/mechanisms.md (independent quadrature, two methods).
@@ -145,13 +146,29 @@ def test_both_directions_and_bonferroni_bound():
     assert res.max_lower_bound <= max(res.lower_bound, res.reverse.lower_bound)
 
 
-def test_second_call_with_same_shapes_does_not_recompile():
+def test_second_call_with_same_shapes_does_not_recompile(max_traces):
+    from cbdp_jax._src import evaluation, training
+
     p, q = _laplace_samples(11, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
     estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
-    before = dict(TRACE_COUNT)
+    max_traces(training, "_train_body", 0)
+    max_traces(evaluation, "_chunk_body", 0)
     estimate_from_samples(jax.random.key(1), p + 0.1, q, adversary="linear", config=cfg)
-    assert TRACE_COUNT == before
+
+
+def test_the_trace_guard_catches_a_retrace(max_traces):
+    """Negative control: new shapes retrace, and the guard of the test above says so."""
+    from cbdp_jax._src import training
+
+    p, q = _laplace_samples(13, 4_000)
+    cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
+    estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
+    max_traces(training, "_train_body", 0)
+    with pytest.raises(AssertionError, match="traced > 0 times"):
+        estimate_from_samples(
+            jax.random.key(1), p, q, adversary="linear", config=dataclasses.replace(cfg, steps=300)
+        )
 
 
 def test_float64_and_lbfgs_linear_class():

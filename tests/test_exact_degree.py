@@ -263,9 +263,11 @@ def _baseline_groups():
 def test_previously_certified_values_are_unchanged_or_proved_wrong(key, rows):
     family, scale, divergence, alpha = key
     pair = exact.laplace_pair(1 / scale) if family == "laplace" else exact.gaussian_pair(scale)
-    walk = exact.restricted_divergence_degrees(pair, divergence, 8, alpha=alpha)
+    # Degrees above the documented limit are refused (tested with the limits); compare up to it.
+    top = min(8, exact.degree_limit(family, divergence))
+    walk = exact.restricted_divergence_degrees(pair, divergence, top, alpha=alpha)
     delta = 1.0 / scale
-    for row, new in zip(rows, walk, strict=True):
+    for row, new in zip(rows[:top], walk, strict=True):
         assert new.degree == row["degree"]
         if not new.converged:
             # Refused now (Laplace KL at eps = 2, degree 8): the old value was not certified either.

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError, analytic
+from cbdp_jax._src import sweep as sweep_impl
 from cbdp_jax.adversaries import AdversarySpec
 from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, make_mechanism
 from cbdp_jax.sweep import (
-    TRACE_COUNT,
     SweepConfig,
     estimate_sweep,
     evaluate_sweep,
@@ -48,13 +48,14 @@ def _check_against_exact(row, exact, shortfall):
     assert row["finite"]
 
 
-def test_linear_sweep_matches_exact_kl_and_renyi():
+def test_linear_sweep_matches_exact_kl_and_renyi(max_traces):
     config = SweepConfig(steps=1500, eval_every=100, batch_size=2048, test_samples=200_000)
     mechs = [LaplaceMechanism(epsilon=1.0), GaussianMechanism(sigma=1.0)]
-    before = TRACE_COUNT["train"]
-    kl = estimate_sweep(jax.random.key(0), mechs, adversaries="linear", config=config)
     # Laplace and Gaussian members share one program (the family is a traced flag).
-    assert TRACE_COUNT["train"] - before <= 1
+    body = sweep_impl._train_batch
+    max_traces(sweep_impl, "_train_batch", 1)
+    kl = estimate_sweep(jax.random.key(0), mechs, adversaries="linear", config=config)
+    sweep_impl._train_batch = body  # Renyi below is another program
     exact_kl = {"laplace": analytic.laplace_lin_kl(1.0), "gaussian": analytic.gaussian_lin_kl(1.0)}
     assert [r["family"] for r in kl] == ["laplace", "gaussian"]
     for row in kl:
@@ -120,22 +121,25 @@ def test_traced_alpha_gives_the_closed_forms_of_the_float_alpha():
         np.testing.assert_allclose(alpha_optimal_scale(h_p, h_q, float(a)), want, rtol=1e-12)
 
 
-def test_second_call_with_same_shapes_does_not_recompile_and_batches_do_not_change_results():
+def test_second_call_with_same_shapes_does_not_recompile_and_batches_do_not_change_results(
+    max_traces,
+):
     mechs = [LaplaceMechanism(epsilon=e) for e in (0.5, 1.0, 2.0)]
     # Two classes of one shape (random features differing only in bandwidth) share one program.
     specs = [AdversarySpec(name="rff", features=8, bandwidth=b) for b in (0.5, 2.0)]
     kwargs = dict(adversaries=specs, divergence="renyi", alphas=(2.0, 4.0), config=SMALL)
-    before = dict(TRACE_COUNT)
+    # Three batches of one padded shape: at most one trace of each program.
+    bodies = sweep_impl._train_batch, sweep_impl._member_evaluate
+    max_traces(sweep_impl, "_train_batch", 1)
+    max_traces(sweep_impl, "_member_evaluate", 1)
     chunked = estimate_sweep(jax.random.key(3), mechs, max_batch=5, **kwargs)  # 12 members: 5+5+2
     assert len(chunked) == 12
-    # Three batches of one padded shape: one trace of each program.
-    assert TRACE_COUNT["train"] == before["train"] + 1
-    assert TRACE_COUNT["evaluate"] == before["evaluate"] + 1
-    traced = dict(TRACE_COUNT)
     # Same shapes, different values (mechanism parameters, alphas, key): nothing is traced again.
+    max_traces(sweep_impl, "_train_batch", 0)
+    max_traces(sweep_impl, "_member_evaluate", 0)
     other = [LaplaceMechanism(epsilon=e) for e in (0.3, 0.7, 3.0)]
     estimate_sweep(jax.random.key(4), other, max_batch=5, **{**kwargs, "alphas": (1.5, 8.0)})
-    assert TRACE_COUNT == traced
+    sweep_impl._train_batch, sweep_impl._member_evaluate = bodies  # a batch of 12 is a new shape
 
     # One big batch gives the same numbers: a member's keys and samples do not depend on the batch.
     whole = estimate_sweep(jax.random.key(3), mechs, max_batch=12, **kwargs)

@@ -3,8 +3,9 @@
 * ```python blocks run in a fresh interpreter (a subprocess, from an empty folder); a block followed by
   "prints ..." and a ```text block must print that text: lines with analytic or exact values digit for
   digit, lines with estimates (they contain "estimate") with every number within a tolerance, since an
-  estimate moves with the platform and the library's versions. The sweep block runs only with
-  ``-m slow`` (about 20 s more); the first block is the fast variant that always runs.
+  estimate moves with the platform and the library's versions; blocks that assert their own numbers
+  (the vmap-over-epsilons and custom-class examples) run by default. The sweep and calibration blocks
+  run only with ``-m slow`` (20 s or more each).
 * ```bash blocks: every ``cbdp ...`` command (also inside ``a && b`` chains) is parsed by the real command-line parser (each option exists
   and has a valid value) without running; the short ones also run: both ``cbdp exact`` lines as written,
   and (with ``-m slow``) ``cbdp estimate`` / ``cbdp rerun`` with the README's options but smaller sizes
@@ -124,8 +125,17 @@ def test_first_python_block_runs_and_prints_what_the_readme_shows(tmp_path):
     assert not same_output(got, expected), same_output(got, expected)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("index", [1])
+def _other_blocks():
+    """Every python block after the first; the sweep and calibration blocks (20 s or more) are slow."""
+    out = []
+    for i, (code, _) in enumerate(python_blocks()[1:], start=1):
+        slow = "estimate_sweep" in code or "calibrate(" in code
+        marks = (pytest.mark.slow,) if slow else ()
+        out.append(pytest.param(i, marks=marks, id=f"block{i}" + ("-slow" if slow else "")))
+    return out
+
+
+@pytest.mark.parametrize("index", _other_blocks())
 def test_other_python_blocks_run(tmp_path, index):
     code, expected = python_blocks()[index]
     got = run_python(code, tmp_path)

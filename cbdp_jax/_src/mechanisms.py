@@ -171,6 +171,35 @@ def _fmt(values: tuple[float, ...]) -> str:
     return "(" + ", ".join(f"{v:g}" for v in values) + ")"
 
 
+def _fmt_param(value: Any) -> str:
+    """A noise parameter in a label: ``1`` for a float, the array or ``'traced'`` otherwise."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, jax.core.Tracer):
+        return "traced"
+    return np.array2string(np.asarray(value), precision=4, separator=", ")
+
+
+def _check_scale(name: str, value: Any) -> Any:
+    """A noise parameter, validated where it is concrete and passed through where it is traced.
+
+    A Python or 0-d number becomes a float (finite, > 0). An array (a batch of parameters, e.g. for
+    ``jax.vmap``) keeps its type and must be finite and > 0 everywhere. A tracer (the parameter inside a
+    user's ``jit`` / ``vmap`` / ``grad``) cannot be checked and is kept as is.
+    """
+    if isinstance(value, jax.core.Tracer):
+        return value
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return check_positive(name, value)  # raises, naming the parameter
+    if arr.ndim == 0:
+        return check_positive(name, float(arr))
+    if not np.all(np.isfinite(arr) & (arr > 0)):
+        _fail(name, value, "must be finite and > 0 in every entry")
+    return value
+
+
 def _is_array_tree(dataset: Dataset) -> bool:
     leaves = jax.tree_util.tree_leaves(dataset)
     return all(isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, bool)) for x in leaves)
@@ -289,9 +318,7 @@ class _AdditiveNoise(Mechanism):
     """
 
     def _validate(self, scale_param: str) -> None:
-        object.__setattr__(
-            self, scale_param, check_positive(scale_param, getattr(self, scale_param))
-        )
+        object.__setattr__(self, scale_param, _check_scale(scale_param, getattr(self, scale_param)))
         object.__setattr__(self, "sensitivity", _as_float_tuple("sensitivity", self.sensitivity))
         if self.query is not None and not callable(self.query):
             _fail("query", self.query, "must be None or a callable dataset -> [dim] answer")
@@ -359,7 +386,7 @@ class LaplaceMechanism(_AdditiveNoise):
     @property
     def label(self) -> str:
         """E.g. ``'Laplace(eps=1, v=(1))'``."""
-        return f"Laplace(eps={self.epsilon:g}, v={_fmt(self.sensitivity)})"
+        return f"Laplace(eps={_fmt_param(self.epsilon)}, v={_fmt(self.sensitivity)})"
 
     def _standard_noise(self, key: jax.Array, shape: tuple[int, int], dtype: np.dtype) -> jax.Array:
         return jax.random.laplace(key, shape, dtype=dtype)
@@ -369,7 +396,7 @@ class LaplaceMechanism(_AdditiveNoise):
         x = _check_points(self, x)
         centre = _answer_vector(dataset, self.query, self.dim, x.dtype)
         eps = self.epsilon
-        return jnp.sum(math.log(eps / 2.0) - eps * jnp.abs(x - centre[None, :]), axis=1)
+        return jnp.sum(jnp.log(eps / 2.0) - eps * jnp.abs(x - centre[None, :]), axis=1)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -416,7 +443,7 @@ class GaussianMechanism(_AdditiveNoise):
     @property
     def label(self) -> str:
         """E.g. ``'Gaussian(sigma=1, v=(1))'``."""
-        return f"Gaussian(sigma={self.sigma:g}, v={_fmt(self.sensitivity)})"
+        return f"Gaussian(sigma={_fmt_param(self.sigma)}, v={_fmt(self.sensitivity)})"
 
     def _standard_noise(self, key: jax.Array, shape: tuple[int, int], dtype: np.dtype) -> jax.Array:
         return jax.random.normal(key, shape, dtype=dtype)
@@ -427,10 +454,21 @@ class GaussianMechanism(_AdditiveNoise):
         centre = _answer_vector(dataset, self.query, self.dim, x.dtype)
         s = self.sigma
         z = (x - centre[None, :]) / s
-        return jnp.sum(-0.5 * math.log(2.0 * math.pi * s * s) - 0.5 * z * z, axis=1)
+        return jnp.sum(-0.5 * jnp.log(2.0 * math.pi * s * s) - 0.5 * z * z, axis=1)
 
 
 _MAX_SUBSET_RECORDS = 12  # log_density enumerates the 2^m subsets of the records
+
+
+# The noise parameter is a pytree leaf (an array under jit / vmap / grad); the sensitivity fixes the
+# output dimension and the query is code, so both are static. ``jax.vmap`` over an array of epsilons or
+# sigmas therefore runs one compiled program (README: "vmap over mechanism parameters").
+jax.tree_util.register_dataclass(
+    LaplaceMechanism, data_fields=["epsilon"], meta_fields=["sensitivity", "query"]
+)
+jax.tree_util.register_dataclass(
+    GaussianMechanism, data_fields=["sigma"], meta_fields=["sensitivity", "query"]
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -12,10 +12,9 @@ Compiled programs are cached on disk (JAX's persistent compilation cache) in
 yourself (``jax_compilation_cache_dir``) is always respected.
 """
 
-__version__ = "0.1.0"
-
 from cbdp_jax._src.cache import enable_compilation_cache as _enable_compilation_cache
 from cbdp_jax._src.validation import InvalidParameterError as InvalidParameterError
+from cbdp_jax._src.version import __version__ as __version__
 
 _enable_compilation_cache()
 

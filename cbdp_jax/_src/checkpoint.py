@@ -37,9 +37,9 @@ STALE = "stale"  # on disk with another fingerprint (configuration or version): 
 
 def package_version() -> str:
     """The installed ``cbdp_jax`` version (part of every unit's fingerprint)."""
-    import cbdp_jax  # the package root only: it defines the version and nothing else heavy
+    from cbdp_jax._src.version import __version__
 
-    return str(cbdp_jax.__version__)
+    return str(__version__)
 
 
 def fingerprint(unit_id: str, config: Mapping[str, Any] | None, version: str | None = None) -> str:

@@ -131,11 +131,11 @@ def environment_info() -> dict[str, Any]:
     """Versions, device and commit: enough to say where a result came from."""
     import jax
 
-    import cbdp_jax
+    from cbdp_jax._src.version import __version__
 
     devices = jax.devices()
     return {
-        "cbdp_jax": cbdp_jax.__version__,
+        "cbdp_jax": __version__,
         "jax": jax.__version__,
         "python": platform.python_version(),
         "platform": jax.default_backend(),

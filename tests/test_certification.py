@@ -162,8 +162,12 @@ def test_support_of_a_bounded_critic_contains_every_possible_difference():
         f = np.asarray(div.conjugate(s), np.float64)
         diffs = s[:, None] - f[None, :]
         assert lo <= diffs.min() and diffs.max() <= hi
-        # and is not loose: the extremes are attained at the grid's ends / the conjugate's minimum.
-        assert diffs.min() - lo < 1e-6 * (1 + abs(lo)) and hi - diffs.max() < 1e-3
+        # and is not loose: the extremes are attained at the grid's ends / the conjugate's minimum, up
+        # to the float32 rounding allowance (ROUNDING relative) and the secant slack of the conjugate.
+        assert diffs.min() - lo < 3e-6 * (1 + abs(lo)) and hi - diffs.max() < 1e-3
+        # float32 differences of saturated critics stay inside (the case that once left the support).
+        top = np.float32(2.5) - np.asarray(div.conjugate(np.float32(-2.5)), np.float32)
+        assert float(top) <= hi
 
 
 def test_exact_linear_value_is_a_fixed_reference_for_the_coverage_benchmark():

@@ -583,7 +583,13 @@ def test_neighbouring_pair_checks_its_datasets():
 
 
 def test_make_mechanism_builds_each_name():
-    assert MECHANISM_NAMES == ("laplace", "gaussian", "randomized_response", "nonprivate")
+    assert MECHANISM_NAMES == (
+        "laplace",
+        "gaussian",
+        "randomized_response",
+        "nonprivate",
+        "subsampled_gaussian",
+    )
     lap = make_mechanism("laplace", epsilon=0.5, sensitivity=[1, 2], sigma=None, k=None)
     assert lap == LaplaceMechanism(epsilon=0.5, sensitivity=(1.0, 2.0))
     assert make_mechanism("gaussian", sigma=2.0) == GaussianMechanism(sigma=2.0)

@@ -108,10 +108,22 @@ def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
     return fmin - 1e-9 * (1.0 + abs(fmin)), fmax + 1e-9 * (1.0 + abs(fmax))
 
 
+# Relative allowance for the rounding of Z = h(X) - f*(h(Y)) in float32 (a few ulps of 1.2e-7 on each
+# term): the held-out differences are computed in the evaluation dtype, so a critic saturating at +-B can
+# land a rounding error outside the real-arithmetic support, and the betting bound rejects any point
+# outside its stated support.
+ROUNDING = 1e-6
+
+
 def support(div: Divergence, bound: float) -> tuple[float, float]:
-    """(lo, hi) of Z = h(X) - f*(h(Y)) for a critic with values in (-bound, bound)."""
+    """(lo, hi) of Z = h(X) - f*(h(Y)) for a critic with values in (-bound, bound).
+
+    Both ends are widened by ``ROUNDING`` times the size of the terms, so float32 differences stay
+    inside (a wider support only loosens a finite-sample bound).
+    """
     fmin, fmax = conjugate_range(div, -bound, bound)
-    return -bound - fmax, bound - fmin
+    slack = ROUNDING * (1.0 + bound + max(abs(fmin), abs(fmax)))
+    return -bound - fmax - slack, bound - fmin + slack
 
 
 def _bounded(h: np.ndarray, b: float) -> np.ndarray:

@@ -315,7 +315,7 @@ class AuditResult:
         }
 
 
-def _screen_score(mech: AuditMechanism, key: jax.Array, pair, gamma: float, n: int) -> float:
+def screen_score(mech: AuditMechanism, key: jax.Array, pair, gamma: float, n: int) -> float:
     """Max over directions and cheap critics of (held-out E_gamma estimate) on n samples per side."""
     kp, kq = jax.random.split(key)
     xp, xq = mech.sample(kp, pair[0], n), mech.sample(kq, pair[1], n)
@@ -355,7 +355,7 @@ def search_pair(
     screened = []
 
     def score(pair) -> float:
-        s = _screen_score(mech, next(keys), pair, gamma, config.screen_samples)
+        s = screen_score(mech, next(keys), pair, gamma, config.screen_samples)
         screened.append({"d": pair[0].tolist(), "d_prime": pair[1].tolist(), "score": s})
         return s
 
@@ -443,7 +443,9 @@ def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_
             f"{best.lower_bound:.4g} > claimed {best.claimed:.4g}"
         )
         return True, text, math.nan
-    needed = hs.samples_needed(config.violation_size, best.std, config.confidence, family)
+    # a violation of size v needs E_P h >= v, so the terms' spread is at least about sqrt(v)
+    spread = max(best.std, math.sqrt(config.violation_size))
+    needed = hs.samples_needed(config.violation_size, spread, config.confidence, family)
     text = (
         f"no violation found: strongest certified bound {best.lower_bound:.4g} "
         f"({best.critic} {best.direction}) against claimed {best.claimed:.4g}; a violation of "

@@ -247,8 +247,9 @@ def fit_histogram(xp: np.ndarray, xq: np.ndarray, gamma: float, max_cells: int =
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "steps", "batch"))
 def _train(graphdef, params, rest, tx, xp, xq, gamma, key, steps: int, batch: int):
     def loss(params, bp, bq):
+        # logistic regression of P against Q: g approaches log(p/q) (weighted by the class sizes)
         g = nnx.merge(graphdef, params, rest)
-        return -(jnp.mean(jax.nn.sigmoid(g(bp))) - gamma * jnp.mean(jax.nn.sigmoid(g(bq))))
+        return jnp.mean(jax.nn.softplus(-g(bp))) + jnp.mean(jax.nn.softplus(g(bq)))
 
     def step(carry, k):
         params, opt = carry
@@ -276,7 +277,9 @@ def fit_trained(
 ) -> Critic:
     """H = sigmoid(g), g from the library's adversary class (``'linear'``, ``'poly'``, ``'mlp'``).
 
-    g is trained with Adam to maximise mean(h(X)) - gamma mean(h(Y)) on the training samples.
+    g is trained with Adam by logistic regression of P against Q (so g approaches log p/q, whose
+    super-level sets are the optimal critics), then h = sigmoid(T (g - c)) with the temperature T and
+    the offset c that maximise mean(h(X)) - gamma mean(h(Y)) on the same training samples.
     """
     check_key(key)
     spec = make_adversary(adversary, **options)
@@ -298,13 +301,33 @@ def fit_trained(
         steps,
         min(batch, len(xp), len(xq)),
     )
-    apply = jax.jit(lambda x: jax.nn.sigmoid(nnx.merge(graphdef, params, rest)(x)))
+
+    def logit(x: np.ndarray) -> np.ndarray:
+        return np.asarray(_apply(graphdef, params, rest, jnp.asarray(x, jnp.float32)), np.float64)
+
+    # T and c are chosen on (at most) 20000 training samples per side: a grid of 196 candidates
+    gp, gq = logit(xp[:20_000]), logit(xq[:20_000])
+    # h = sigmoid(T (g - c)) is in sigmoid(H) (the last layer is affine); T and c chosen on training data
+    best = (-math.inf, 1.0, 0.0)
+    for c in np.quantile(np.concatenate([gp, gq]), np.linspace(0.02, 0.98, 49)):
+        for t in (1.0, 4.0, 16.0, 64.0):
+            val = _empirical(_sigmoid(t * (gp - c)), _sigmoid(t * (gq - c)), gamma)
+            best = max(best, (val, t, float(c)))
+    val, t, c = best
 
     def fn(x: np.ndarray) -> np.ndarray:
-        return np.asarray(apply(jnp.asarray(x, jnp.float32)), np.float64)
+        return _sigmoid(t * (logit(x) - c))
 
-    critic = Critic(fn, f"sigmoid({spec.label})", 0.0)
-    return critic._replace(train_value=_empirical(fn(xp), fn(xq), gamma))
+    return Critic(fn, f"sigmoid({spec.label})", val)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _apply(graphdef, params, rest, x):
+    return nnx.merge(graphdef, params, rest)(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
 def fit_critic(key: jax.Array, kind: str, xp, xq, gamma: float) -> Critic:
@@ -316,7 +339,7 @@ def fit_critic(key: jax.Array, kind: str, xp, xq, gamma: float) -> Critic:
         return a if a.train_value >= b.train_value else b
     if kind == "poly":
         return fit_trained(key, xp, xq, gamma, "poly", degree=3)
-    if kind == "mlp":
+    if kind in ("mlp", "bounded-mlp"):  # every sigmoid critic is bounded
         return fit_trained(key, xp, xq, gamma, "mlp", width=32, depth=2)
     if kind == "histogram":
         return fit_histogram(xp, xq, gamma)

@@ -121,7 +121,7 @@ def main() -> None:
     p.add_argument("--screen-samples", type=int, default=10_000)
     p.add_argument("--random-pairs", type=int, default=8)
     p.add_argument("--local-steps", type=int, default=8)
-    p.add_argument("--classes", default="linear,histogram")
+    p.add_argument("--classes", default="halfspace,histogram")
     p.add_argument("--compare-samples", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard", default="0/1", help="i/N: run every N-th audit starting at i")

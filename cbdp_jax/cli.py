@@ -788,7 +788,7 @@ def audit_cmd(
 
 def _parse_classes(text: str) -> tuple[str, ...]:
     names = tuple(c.strip() for c in text.split(",") if c.strip())
-    allowed = ("linear", "poly", "mlp", "histogram", "bounded-mlp")
+    allowed = ("linear", "halfspace", "poly", "mlp", "histogram", "bounded-mlp")
     for name in names or ("",):
         check_choice("classes", name, allowed)
     return names

@@ -46,7 +46,7 @@ from cbdp_jax._src.validation import (
     check_positive,
 )
 
-CRITICS = ("linear", "poly", "mlp", "histogram")
+CRITICS = ("linear", "halfspace", "poly", "mlp", "histogram")
 
 
 def _phi(x: float) -> float:
@@ -337,6 +337,8 @@ def fit_critic(key: jax.Array, kind: str, xp, xq, gamma: float) -> Critic:
         a = fit_halfspace(xp, xq, gamma)
         b = fit_trained(key, xp, xq, gamma, "linear")
         return a if a.train_value >= b.train_value else b
+    if kind == "halfspace":  # the threshold scan alone: cheap, no training
+        return fit_halfspace(xp, xq, gamma)
     if kind == "poly":
         return fit_trained(key, xp, xq, gamma, "poly", degree=3)
     if kind in ("mlp", "bounded-mlp"):  # every sigmoid critic is bounded

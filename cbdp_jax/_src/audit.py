@@ -173,7 +173,12 @@ class DatasetSpace:
             d2 = np.clip(d + np.clip(step, -self.radius, self.radius), self.low, self.high)
             return np.round(d2) if self.integer else d2
         i = rng.integers(d.shape[0])
-        d2[i] = 0.0 if self.relation == "zero-out" else self._value(rng, d.shape[1:])
+        if self.relation == "zero-out":
+            d2[i] = 0.0
+        elif rng.random() < 0.5:  # the farthest record: every entry to the opposite end
+            d2[i] = np.where(d[i] > 0.5 * (self.low + self.high), self.low, self.high)
+        else:
+            d2[i] = self._value(rng, d.shape[1:])
         return d2
 
     def random_pair(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

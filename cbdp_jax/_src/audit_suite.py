@@ -373,3 +373,69 @@ def suite_case(name: str) -> SuiteCase:
 def as_arrays(pair) -> tuple[np.ndarray, np.ndarray]:
     """A pair of nested lists as float arrays."""
     return np.asarray(pair[0], np.float64), np.asarray(pair[1], np.float64)
+
+
+class ThirdPartyCase(NamedTuple):
+    """A third-party mechanism run as a black box on the host.
+
+    Attributes:
+      name: Short id.
+      fn: ``(rng, dataset, n) -> [n]`` calling the library once per output.
+      pair: The neighbouring pair audited.
+      claim: The library's stated guarantee.
+      understated: The same claim with epsilon halved (false).
+
+    """
+
+    name: str
+    fn: Callable
+    pair: tuple[list, list]
+    claim: str
+    understated: str
+
+
+def diffprivlib_cases(epsilon: float = 1.0, delta: float = 1e-5) -> list[ThirdPartyCase]:
+    """IBM diffprivlib's Laplace, analytic Gaussian, Geometric and Exponential mechanisms.
+
+    Each call builds the library's mechanism with a ``RandomState`` seeded from the audit's
+    Generator, so the same key gives the same outputs. Needs the ``audit`` extra (diffprivlib).
+    """
+    from diffprivlib import mechanisms as dpl
+
+    def seeded(rng: np.random.Generator) -> np.random.RandomState:
+        return np.random.RandomState(int(rng.integers(2**31 - 1)))
+
+    def laplace(rng, d, n):
+        m = dpl.Laplace(epsilon=epsilon, sensitivity=1.0, random_state=seeded(rng))
+        v = float(np.ravel(d)[0])
+        return np.array([m.randomise(v) for _ in range(n)])
+
+    def gaussian(rng, d, n):
+        m = dpl.GaussianAnalytic(
+            epsilon=epsilon, delta=delta, sensitivity=1.0, random_state=seeded(rng)
+        )
+        v = float(np.ravel(d)[0])
+        return np.array([m.randomise(v) for _ in range(n)])
+
+    def geometric(rng, d, n):
+        m = dpl.Geometric(epsilon=epsilon, sensitivity=1, random_state=seeded(rng))
+        v = int(np.ravel(d)[0])
+        return np.array([m.randomise(v) for _ in range(n)], np.float64)
+
+    def exponential(rng, d, n):
+        utility = [float(u) for u in np.ravel(d)]
+        m = dpl.Exponential(
+            epsilon=epsilon, sensitivity=1.0, utility=utility, random_state=seeded(rng)
+        )
+        return np.array([m.randomise() for _ in range(n)], np.float64)
+
+    pure, half = f"pure:{epsilon:g}", f"pure:{epsilon / 2:g}"
+    approx, approx_half = f"approx:{epsilon:g}:{delta:g}", f"approx:{epsilon / 2:g}:{delta:g}"
+    # the exponential mechanism's tight pair: one candidate loses 1, the 19 others gain 1
+    utilities = ([1] + [0] * 19, [0] + [1] * 19)
+    return [
+        ThirdPartyCase("diffprivlib.Laplace", laplace, ([0], [1]), pure, half),
+        ThirdPartyCase("diffprivlib.GaussianAnalytic", gaussian, ([0], [1]), approx, approx_half),
+        ThirdPartyCase("diffprivlib.Geometric", geometric, ([0], [1]), pure, half),
+        ThirdPartyCase("diffprivlib.Exponential", exponential, utilities, pure, half),
+    ]

@@ -842,7 +842,7 @@ def _emit_audit(result, output_format: str, out: Path | None) -> None:
     if output_format == "json":
         return
     typer.echo(f"cbdp audit: {result.mechanism}, claim {result.claim}")
-    typer.echo(f"pair: D = {result.pair[0]}, D' = {result.pair[1]}")
+    typer.echo(f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}")
     typer.echo(f"{'class':<22} {'dir':<5} {result.grid_name:>8} {'claimed':>10} {'certified':>10}")
     for r in result.rows:
         typer.echo(
@@ -850,6 +850,12 @@ def _emit_audit(result, output_format: str, out: Path | None) -> None:
             f"{r.lower_bound:>10.4g}" + ("  VIOLATION" if r.violation else "")
         )
     typer.echo(result.verdict)
+
+
+def _rounded(x) -> list:
+    import numpy as np
+
+    return np.round(np.asarray(x, np.float64), 3).tolist()
 
 
 def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cbdp_jax._src.audit import AuditResult
+from cbdp_jax._src.audit import AuditResult, parse_claim
 from cbdp_jax._src.io import atomic_write_json
 
 
@@ -28,18 +28,23 @@ def plot_report(result: AuditResult, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, text_ax) = plt.subplots(
-        2, 1, figsize=(8.0, 7.5), gridspec_kw={"height_ratios": [3, 1.25]}
+        2, 1, figsize=(8.0, 6.2), gridspec_kw={"height_ratios": [3, 0.9]}
     )
     grid = sorted({r.grid for r in result.rows})
-    claimed = [max(r.claimed for r in result.rows if r.grid == g) for g in grid]
-    ax.plot(grid, claimed, "k--", lw=2, label="claimed")
+    is_eps = result.grid_name == "epsilon"
+    if is_eps and len(grid) > 1:  # the claimed delta(eps') curve, drawn between the grid points too
+        claim = parse_claim(result.claim)
+        fine = np.linspace(grid[0], grid[-1], 200)
+        ax.plot(fine, [claim.claimed_delta(e) for e in fine], "k--", lw=2, label="claimed")
+    else:
+        claimed = [max(r.claimed for r in result.rows if r.grid == g) for g in grid]
+        ax.plot(grid, claimed, "k--", lw=2, label="claimed")
     for critic in dict.fromkeys(r.critic for r in result.rows):
         ys = []
         for g in grid:
             vals = [r.lower_bound for r in result.rows if r.critic == critic and r.grid == g]
             ys.append(max(vals) if vals else math.nan)
         ax.plot(grid, ys, "o-", label=f"certified: {critic}")
-    is_eps = result.grid_name == "epsilon"
     ax.set_xlabel("epsilon" if is_eps else "alpha")
     ax.set_ylabel("delta(epsilon) = E_{e^eps} lower bound" if is_eps else "divergence lower bound")
     ax.set_title(f"cbdp audit: {result.mechanism}  claim {result.claim}", fontsize=10)

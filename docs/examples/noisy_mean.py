@@ -10,7 +10,7 @@ import numpy as np
 
 
 def noisy_mean(rng: np.random.Generator, dataset, n: int) -> np.ndarray:
-    """n releases of the mean of ``dataset`` plus Laplace noise (rng: a numpy Generator)."""
+    """Releases the mean of ``dataset`` plus Laplace noise n times (rng: a numpy Generator)."""
     values = np.asarray(dataset, dtype=float)
     sensitivity = 1.0 / len(values)  # BUG: assumes values in [0, 1]; they lie in [0, 2]
     return values.mean() + rng.laplace(0.0, sensitivity / 1.0, size=n)

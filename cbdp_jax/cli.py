@@ -329,9 +329,11 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     from cbdp_jax.estimator import EstimatorConfig, estimate
 
     sens = args.get("sensitivity")
-    mech, _ = _make_mechanism(
-        args["mechanism"], args.get("epsilon"), args.get("sigma"), sens, args.get("k")
-    )
+    mech = None
+    if args.get("p_samples") is None:
+        mech, _ = _make_mechanism(
+            args["mechanism"], args.get("epsilon"), args.get("sigma"), sens, args.get("k")
+        )
     options = {
         k: args[k]
         for k in ("width", "depth", "degree", "features", "bandwidth", "bound")
@@ -364,6 +366,8 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         bar.start()
     try:
         config = EstimatorConfig(**cfg_kwargs)
+        if mech is None:
+            return _estimate_from_files(args, config, options)
         result = estimate(
             jax.random.key(args["seed"]),
             mech,
@@ -379,6 +383,31 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         if bar is not None:
             bar.stop()
     return result
+
+
+def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
+    import jax
+
+    from cbdp_jax._src.audit_io import load_samples
+    from cbdp_jax.estimator import estimate_from_samples
+
+    p = load_samples("p_samples", args["p_samples"])
+    q = load_samples("q_samples", args["q_samples"])
+    if p.shape[1] != q.shape[1]:
+        raise InvalidParameterError(
+            f"q_samples={args['q_samples']!r} is invalid: its rows have {q.shape[1]} values, "
+            f"those of p_samples {p.shape[1]}"
+        )
+    return estimate_from_samples(
+        jax.random.key(args["seed"]),
+        p,
+        q,
+        adversary=args["adversary"],
+        divergence=args["divergence"],
+        alpha=args.get("alpha"),
+        config=config,
+        **options,
+    )
 
 
 class _ProgressHook:
@@ -421,6 +450,13 @@ def reference_of(result, args: dict[str, Any], params: dict[str, Any]):
 
 
 def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
+    if args.get("p_samples") is not None:
+        rec = result.to_dict()
+        rec.update(samples=args["samples"], sample_counts=result.samples, cli_args=args)
+        rec["mechanism"] = "samples"
+        rec["mechanism_label"] = f"samples {args['p_samples']} vs {args['q_samples']}"
+        rec["reference"] = None
+        return rec
     _, params = _make_mechanism(
         args["mechanism"],
         args.get("epsilon"),
@@ -542,10 +578,18 @@ def estimate_cmd(
     seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
     output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
     out: Annotated[Path | None, typer.Option(help="folder for result.json and curve.png")] = None,
+    p_samples: Annotated[
+        Path | None,
+        typer.Option(help="outputs of M(D) produced elsewhere (.npy, .npz or .csv), [n] or [n, d]"),
+    ] = None,
+    q_samples: Annotated[
+        Path | None, typer.Option(help="outputs of M(D') (.npy, .npz or .csv), with --p-samples")
+    ] = None,
 ) -> None:
     """Estimate capacity-bounded privacy by training adversaries; report a held-out lower bound.
 
-    The result names the kind of its bound (finite-sample or asymptotic) and what it bounds.
+    The result names the kind of its bound (finite-sample or asymptotic) and what it bounds. With
+    --p-samples and --q-samples the samples come from files and no mechanism is run.
     """
     check_choice("format", output_format, FORMATS)
     if out is not None:
@@ -577,8 +621,31 @@ def estimate_cmd(
         "dtype": dtype,
         "seed": seed,
     }
+    if p_samples is not None or q_samples is not None:
+        args.update(p_samples=_path_or_none(p_samples), q_samples=_path_or_none(q_samples))
+        _check_sample_files(args)
     result = run_estimate(args, progress=output_format == "table" and sys.stderr.isatty())
     _emit(result, args, output_format, out)
+
+
+def _path_or_none(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _check_sample_files(args: dict[str, Any]) -> None:
+    """Both sample files, and no mechanism parameter beside them."""
+    for name in ("p_samples", "q_samples"):
+        if args.get(name) is None:
+            other = "q_samples" if name == "p_samples" else "p_samples"
+            raise InvalidParameterError(
+                f"{name}=None is invalid: must be given with --{other.replace('_', '-')}"
+            )
+    for option in ("epsilon", "sigma", "sensitivity", "k"):
+        if args.get(option) is not None:
+            raise InvalidParameterError(
+                f"{option}={args[option]!r} is invalid with --p-samples: the samples come from "
+                "files, no mechanism is run"
+            )
 
 
 def _emit(
@@ -632,6 +699,191 @@ def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:
         ("seconds", record["seconds"]),
     ]
     return fields
+
+
+@app.command("audit")
+def audit_cmd(
+    mechanism: Annotated[
+        str | None,
+        typer.Argument(
+            help="FILE.py:FUNCTION or MODULE:FUNCTION; the function takes (key or numpy "
+            "Generator, dataset, n) and returns n outputs"
+        ),
+    ] = None,
+    claim: Annotated[
+        str | None,
+        typer.Option(
+            help="pure:EPS, approx:EPS:DELTA, renyi:ALPHA:EPS or capacity:CLASS:kl:VALUE "
+            "(capacity:CLASS:renyi:ALPHA:VALUE)"
+        ),
+    ] = None,
+    d: Annotated[str | None, typer.Option("--d", help="dataset D as JSON, e.g. [0,1,1]")] = None,
+    d_prime: Annotated[str | None, typer.Option("--d-prime", help="neighbour D' as JSON")] = None,
+    space: Annotated[
+        str | None,
+        typer.Option(
+            help='dataset space to search as JSON: {"shape": [5], "low": 0, "high": 1, '
+            '"integer": false, "relation": "replace-one" | "zero-out" | "linf", "radius": 1}'
+        ),
+    ] = None,
+    pairs: Annotated[
+        str | None,
+        typer.Option(help="FILE.py:FUNCTION returning candidate pairs (D, D') to screen"),
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(help="fresh certification samples per side for the chosen pair")
+    ] = 1_000_000,
+    screen_samples: Annotated[
+        int, typer.Option(help="samples per side per screened pair")
+    ] = 20_000,
+    random_pairs: Annotated[int, typer.Option(help="random candidates from --space")] = 12,
+    local_steps: Annotated[int, typer.Option(help="local-search moves from the best")] = 12,
+    classes: Annotated[
+        str, typer.Option(help="critic classes: linear, poly, mlp, histogram (bounded-mlp)")
+    ] = "linear,poly,mlp,histogram",
+    confidence: Annotated[float, typer.Option(help="family-wise level")] = 0.95,
+    suite: Annotated[
+        bool, typer.Option(help="audit the built-in suite of flawed and correct mechanisms")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    out: Annotated[Path | None, typer.Option(help="folder for audit.json and report.png")] = None,
+) -> None:
+    """Audit a mechanism's privacy claim: search a worst pair, certify it on fresh samples.
+
+    A violation is reported only when a certified (finite-sample, family-wise) lower bound exceeds the
+    claim; otherwise the strongest certified bound and the samples a violation would need.
+    """
+    import jax
+
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.io import to_json
+
+    check_choice("format", output_format, FORMATS)
+    if out is not None:
+        check_output_folder("out", out)
+    config = au.AuditConfig(
+        samples=samples, screen_samples=screen_samples, random_pairs=random_pairs,
+        local_steps=local_steps, classes=_parse_classes(classes), confidence=confidence,
+    )  # fmt: skip
+    if suite:
+        return _audit_suite(config, seed, output_format, out)
+    if mechanism is None:
+        raise InvalidParameterError(
+            "mechanism=None is invalid: give FILE.py:FUNCTION or MODULE:FUNCTION, or --suite"
+        )
+    if claim is None:
+        raise InvalidParameterError("claim=None is invalid: must be given, e.g. --claim pure:1")
+    parsed = au.parse_claim(claim)
+    mech = au.load_mechanism(mechanism)
+    pair, space_obj, candidates = _audit_pairs(d, d_prime, space, pairs)
+    result = au.audit(
+        jax.random.key(seed), mech, parsed, pair=pair, space=space_obj, candidates=candidates,
+        config=config,
+    )  # fmt: skip
+    _emit_audit(result, output_format, out)
+    if output_format == "json":
+        typer.echo(to_json(result.to_dict()))
+
+
+def _parse_classes(text: str) -> tuple[str, ...]:
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    allowed = ("linear", "halfspace", "poly", "mlp", "histogram", "bounded-mlp")
+    for name in names or ("",):
+        check_choice("classes", name, allowed)
+    return names
+
+
+def _audit_pairs(d, d_prime, space, pairs):
+    """The given pair, or the space and candidates to search."""
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.audit_io import load_mechanism, parse_dataset
+
+    if (d is None) != (d_prime is None):
+        missing = "d_prime" if d_prime is None else "d"
+        raise InvalidParameterError(f"{missing}=None is invalid: --d and --d-prime go together")
+    if d is not None:
+        return (parse_dataset("d", d), parse_dataset("d_prime", d_prime)), None, None
+    space_obj = None
+    if space is not None:
+        try:
+            spec = json.loads(space)
+            space_obj = au.DatasetSpace(**spec)
+        except (json.JSONDecodeError, TypeError, AttributeError) as exc:
+            raise InvalidParameterError(
+                f"space={space!r} is invalid: must be a JSON object with keys shape, low, high, "
+                f"integer, relation, radius ({exc})"
+            ) from exc
+    candidates = None
+    if pairs is not None:
+        gen = load_mechanism(pairs).fn
+        try:
+            candidates = [tuple(c) for c in gen()]
+        except Exception as exc:  # noqa: BLE001 - report against the generator
+            raise InvalidParameterError(
+                f"pairs={pairs!r} is invalid: calling it failed or did not give pairs ({exc})"
+            ) from exc
+        if not candidates or any(len(c) != 2 for c in candidates):
+            raise InvalidParameterError(
+                f"pairs={pairs!r} is invalid: must return a non-empty iterable of (D, D') pairs"
+            )
+    if space_obj is None and candidates is None:
+        raise InvalidParameterError(
+            "d=None is invalid: give --d and --d-prime, or --space / --pairs to search"
+        )
+    return None, space_obj, candidates
+
+
+def _emit_audit(result, output_format: str, out: Path | None) -> None:
+    if out is not None:
+        from cbdp_jax._src.audit_report import write_report
+
+        write_report(result, Path(out))
+    if output_format == "json":
+        return
+    typer.echo(f"cbdp audit: {result.mechanism}, claim {result.claim}")
+    typer.echo(f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}")
+    typer.echo(f"{'class':<22} {'dir':<5} {result.grid_name:>8} {'claimed':>10} {'certified':>10}")
+    for r in result.rows:
+        typer.echo(
+            f"{r.critic[:22]:<22} {r.direction:<5} {r.grid:>8.3g} {r.claimed:>10.4g} "
+            f"{r.lower_bound:>10.4g}" + ("  VIOLATION" if r.violation else "")
+        )
+    typer.echo(result.verdict)
+
+
+def _rounded(x) -> list:
+    import numpy as np
+
+    return np.round(np.asarray(x, np.float64), 3).tolist()
+
+
+def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> None:
+    import jax
+
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.audit_suite import SUITE, as_arrays
+    from cbdp_jax._src.io import to_json
+
+    records = []
+    for i, case in enumerate(SUITE):
+        result = au.audit(
+            jax.random.fold_in(jax.random.key(seed), i), au.load_mechanism(case.fn, case.name),
+            case.claim, space=case.space, candidates=[as_arrays(case.paper_pair)], config=config,
+        )  # fmt: skip
+        rec = result.to_dict() | {"flawed": case.flawed, "beyond_sampling": case.beyond_sampling}
+        records.append(rec)
+        if out is not None:
+            _emit_audit(result, "json", Path(out) / case.name)
+        if output_format == "table":
+            flag = "VIOLATION" if result.violation else "no violation"
+            best = result.strongest()
+            typer.echo(
+                f"{case.name:<28} flawed={case.flawed!s:<5} {flag:<13} "
+                f"certified {best.lower_bound:.4g} vs {best.claimed:.4g}  {result.seconds:.0f} s"
+            )
+    if output_format == "json":
+        typer.echo(to_json({"suite": records}))
 
 
 @app.command("rerun")

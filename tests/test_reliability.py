@@ -34,7 +34,8 @@ import numpy as np
 import pytest
 
 import cbdp_jax
-from cbdp_jax import InvalidParameterError, analytic, exact
+from cbdp_jax import InvalidParameterError, analytic, exact, hockey_stick
+from cbdp_jax import audit as au
 from cbdp_jax.adversaries import AdversarySpec, make_adversary
 from cbdp_jax.calibration import calibrate
 from cbdp_jax.checkpoint import UnitStore
@@ -212,6 +213,27 @@ API_CASES = [
     pytest.param(lambda: calibrate("gaussian", -1.0, "linear", "kl"), ("target=-1.0", "> 0"), id="calibrate-target-negative"),
     pytest.param(lambda: calibrate("subsampled_gaussian", 1.0, "linear", "kl"), ("sampling_rate=None", "must be given"), id="calibrate-no-sampling-rate"),
     pytest.param(lambda: calibrate("laplace", 1.0, "linear", "renyi", alpha=2.0, steps=3), ("steps=3", "exact only"), id="calibrate-steps-not-covered"),
+    # auditing (branch audit): claims, mechanisms from files, sample files, dataset spaces, hockey-stick
+    pytest.param(lambda: au.parse_claim("pure:-1"), ("claim='pure:-1'", "EPS must be >= 0"), id="audit.claim-negative-eps"),
+    pytest.param(lambda: au.parse_claim("dp:1"), ("claim='dp:1'", "pure:EPS", "approx:EPS:DELTA"), id="audit.claim-unknown-kind"),
+    pytest.param(lambda: au.parse_claim("renyi:1:1"), ("claim='renyi:1:1'", "ALPHA must be > 1"), id="audit.claim-renyi-alpha-1"),
+    pytest.param(lambda: au.parse_claim("approx:1:1.5"), ("claim='approx:1:1.5'", "DELTA in [0, 1)"), id="audit.claim-delta-above-1"),
+    pytest.param(lambda: au.load_mechanism("no_such_file.py:f"), ("no_such_file.py", "not found"), id="audit.mechanism-file-missing"),
+    pytest.param(lambda: au.load_mechanism("json:no_such_function"), ("json:no_such_function", "no callable named 'no_such_function'"), id="audit.mechanism-function-missing"),
+    pytest.param(lambda: au.load_mechanism("not-a-spec"), ("mechanism='not-a-spec'", "FILE.py:FUNCTION"), id="audit.mechanism-no-colon"),
+    pytest.param(lambda: au.load_mechanism(lambda r, d, n: np.full(n, np.nan), "nan_fn").sample(KEY, [0.0], 5), ("mechanism nan_fn", "NaN"), id="audit.mechanism-returns-nan"),
+    pytest.param(lambda: au.load_mechanism(lambda r, d, n: np.zeros((n, 2, 2)), "cube_fn").sample(KEY, [0.0], 5), ("mechanism cube_fn", "shape (5,) or (5, d)", "(5, 2, 2)"), id="audit.mechanism-wrong-shape"),
+    pytest.param(lambda: au.load_mechanism(lambda r, d, n: 1 / 0, "div_fn").sample(KEY, [0.0], 5), ("mechanism div_fn", "raised ZeroDivisionError"), id="audit.mechanism-raises"),
+    pytest.param(lambda: au.load_mechanism(lambda r, d, n: ["a"] * n, "str_fn").sample(KEY, [0.0], 5), ("mechanism str_fn", "must return numbers"), id="audit.mechanism-returns-strings"),
+    pytest.param(lambda: au.load_samples("p_samples", "no_such_samples.npy"), ("p_samples='no_such_samples.npy'", "not found"), id="audit.samples-missing"),
+    pytest.param(lambda: au.load_samples("p_samples", "README.md"), ("p_samples='README.md'", ".npy, .npz or .csv"), id="audit.samples-wrong-suffix"),
+    pytest.param(lambda: au.parse_dataset("d", "[0, nan"), ("d='[0, nan'", "JSON"), id="audit.dataset-bad-json"),
+    pytest.param(lambda: au.DatasetSpace(shape=(3,), low=1.0, high=0.0), ("high=0.0", "exceed low"), id="audit.space-empty-range"),
+    pytest.param(lambda: au.DatasetSpace(shape=(3,), relation="swap"), ("relation='swap'", "replace-one"), id="audit.space-unknown-relation"),
+    pytest.param(lambda: au.AuditConfig(samples=10), ("samples=10", ">= 100"), id="audit.config-too-few-samples"),
+    pytest.param(lambda: au.audit(KEY, lambda r, d, n: np.zeros(n), "pure:1"), ("pair=None", "--d and --d-prime"), id="audit.no-pair-no-space"),
+    pytest.param(lambda: hockey_stick.laplace_hockey_stick(1.0, 0.0), ("mechanism_epsilon=0.0", "> 0"), id="hockey_stick.laplace-eps0"),
+    pytest.param(lambda: hockey_stick.gaussian_sigma_for(1.0, 0.0), ("delta=0.0", "(0.0, 1.0)"), id="hockey_stick.sigma-for-delta0"),
 ]  # fmt: skip
 
 
@@ -356,6 +378,21 @@ CLI_OPTION_CASES = [
         ("degree=3", "'linear'", "--adversary poly"),
         id="exact-linear-with-degree",
     ),
+    # auditing (branch audit)
+    pytest.param(("audit",), ("mechanism=None", "FILE.py:FUNCTION", "--suite"), id="audit-no-mechanism"),
+    pytest.param(("audit", "json:dumps"), ("claim=None", "pure:1"), id="audit-no-claim"),
+    pytest.param(("audit", "json:dumps", "--claim", "bogus"), ("claim='bogus'", "pure:EPS"), id="audit-bad-claim"),
+    pytest.param(("audit", "no_such_file.py:f", "--claim", "pure:1"), ("no_such_file.py", "not found"), id="audit-file-missing"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1"), ("d=None", "--space"), id="audit-no-pair"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--d", "[0]"), ("d_prime=None", "--d-prime"), id="audit-d-without-d-prime"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--d", "[0", "--d-prime", "[1]"), ("d='[0'", "JSON"), id="audit-bad-d-json"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--space", "{bad"), ("space='{bad'", "JSON object"), id="audit-bad-space"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--d", "[0]", "--d-prime", "[1]", "--samples", "1000"), ("mechanism json:dumps", "raised TypeError"), id="audit-mechanism-raises"),
+    pytest.param(("audit", "--suite", "--classes", "svm"), ("classes='svm'", "halfspace"), id="audit-bad-class"),
+    pytest.param(("estimate", "--p-samples", "{A_FILE}"), ("q_samples=None", "--p-samples"), id="estimate-p-samples-alone"),
+    pytest.param(("estimate", "--p-samples", "no_such.npy", "--q-samples", "no_such.npy"), ("p_samples='no_such.npy'", "not found"), id="estimate-p-samples-missing"),
+    pytest.param(("estimate", "--p-samples", "{A_FILE}", "--q-samples", "{A_FILE}"), ("p_samples=", ".npy, .npz or .csv"), id="estimate-p-samples-bad-suffix"),
+    pytest.param(("estimate", "--p-samples", "x.npy", "--q-samples", "x.npy", "--epsilon", "1"), ("epsilon=1.0", "no mechanism is run"), id="estimate-p-samples-with-epsilon"),
 ]  # fmt: skip
 
 

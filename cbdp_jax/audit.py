@@ -1,0 +1,48 @@
+"""Auditing a mechanism's privacy claim from samples (public API; theory in docs/theory/auditing.md).
+
+Examples:
+  >>> import jax
+  >>> from cbdp_jax import audit
+  >>> claim = audit.parse_claim("approx:1:1e-5")
+  >>> claim.epsilon, claim.delta
+  (1.0, 1e-05)
+  >>> round(claim.claimed_delta(0.5), 4)  # (eps, delta) implies delta + e^eps - e^eps' at eps' < eps
+  1.0696
+
+"""
+
+from cbdp_jax._src.audit import CLAIM_KINDS as CLAIM_KINDS
+from cbdp_jax._src.audit import RELATIONS as RELATIONS
+from cbdp_jax._src.audit import AuditConfig as AuditConfig
+from cbdp_jax._src.audit import AuditResult as AuditResult
+from cbdp_jax._src.audit import Claim as Claim
+from cbdp_jax._src.audit import DatasetSpace as DatasetSpace
+from cbdp_jax._src.audit import Row as Row
+from cbdp_jax._src.audit import audit as audit
+from cbdp_jax._src.audit import parse_claim as parse_claim
+from cbdp_jax._src.audit import screen_score as screen_score
+from cbdp_jax._src.audit import search_pair as search_pair
+from cbdp_jax._src.audit_io import AuditMechanism as AuditMechanism
+from cbdp_jax._src.audit_io import load_mechanism as load_mechanism
+from cbdp_jax._src.audit_io import load_samples as load_samples
+from cbdp_jax._src.audit_io import parse_dataset as parse_dataset
+from cbdp_jax._src.audit_report import write_report as write_report
+
+__all__ = [
+    "CLAIM_KINDS",
+    "RELATIONS",
+    "AuditConfig",
+    "AuditMechanism",
+    "AuditResult",
+    "Claim",
+    "DatasetSpace",
+    "Row",
+    "audit",
+    "load_mechanism",
+    "load_samples",
+    "parse_claim",
+    "parse_dataset",
+    "screen_score",
+    "search_pair",
+    "write_report",
+]

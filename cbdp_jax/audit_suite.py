@@ -1,0 +1,13 @@
+"""Mechanisms with known privacy flaws and their correct twins (public API).
+
+``cbdp audit --suite`` audits them all; ``benchmarks/audit_suite.py`` repeats the audits.
+"""
+
+from cbdp_jax._src.audit_suite import SUITE as SUITE
+from cbdp_jax._src.audit_suite import SuiteCase as SuiteCase
+from cbdp_jax._src.audit_suite import ThirdPartyCase as ThirdPartyCase
+from cbdp_jax._src.audit_suite import as_arrays as as_arrays
+from cbdp_jax._src.audit_suite import diffprivlib_cases as diffprivlib_cases
+from cbdp_jax._src.audit_suite import suite_case as suite_case
+
+__all__ = ["SUITE", "SuiteCase", "ThirdPartyCase", "as_arrays", "diffprivlib_cases", "suite_case"]

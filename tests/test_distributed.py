@@ -1,0 +1,194 @@
+"""Multi-process sweeps: N local processes joined by jax.distributed (gloo), results, failures, resume.
+
+Every test starts its processes through subprocesses with timeouts and checks that none is left running.
+The default run has the 2-process x 2-device sweep against the 1-process x 4-device run, the launcher's
+failure handling on tiny workers, and a killed sweep worker; the resume test is marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cbdp_jax._src.launch import DistributedError, ProcessSpec, free_port, launch
+from cbdp_jax._src.validation import InvalidParameterError
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = [
+    "--epsilon", "0.5,2", "--adversary", "linear", "--divergence", "renyi", "--alpha", "2,4",
+    "--seeds", "2", "--steps", "50", "--eval-every", "25", "--batch-size", "256",
+    "--val-samples", "1024", "--test-samples", "2000", "--eval-chunk", "1000",
+]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not running
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _sweep(out: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "cbdp_jax.cli", "sweep", *GRID, "--out", str(out), *extra]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _rows(out: Path) -> tuple[dict, np.ndarray]:
+    record = json.loads((out / "sweep.json").read_text())
+    keys = ("estimate", "lower_bound", "std_error", "val_objective")
+    return record, np.array([[r[k] for k in keys] for r in record["rows"]], dtype=float)
+
+
+def test_two_processes_of_two_devices_match_one_process(tmp_path):
+    two = _sweep(tmp_path / "two", "--processes", "2", "--devices-per-process", "2")
+    assert two.returncode == 0, two.stderr + two.stdout
+    one = _sweep(tmp_path / "one", "--devices-per-process", "4")
+    assert one.returncode == 0, one.stderr + one.stdout
+    rec2, x2 = _rows(tmp_path / "two")
+    rec1, x1 = _rows(tmp_path / "one")
+    assert (rec2["processes"], rec2["devices"], rec2["written_by_process"]) == (2, 4, 0)
+    assert (rec1["processes"], rec1["devices"]) == (1, 4)
+    assert x2.shape == (8, 4) and np.all(np.isfinite(x2[:, 0]))
+    np.testing.assert_allclose(x2, x1, rtol=1e-5, atol=1e-6)
+    # Negative control: the rows differ across the grid, so equal tables are not a trivial match.
+    assert np.ptp(x2[:, 0]) > 0.5
+    # Process 0 wrote the results; the workers' logs and pids are the launcher's.
+    files = {str(p.relative_to(tmp_path / "two")) for p in (tmp_path / "two").rglob("*")}
+    assert {"sweep.json", ".launch/process-0.log", ".launch/process-1.log"} <= files
+    assert len([f for f in files if f.startswith(".units/sweep/")]) == 2
+    for pid in json.loads((tmp_path / "two" / ".launch" / "pids.json").read_text()):
+        assert not _alive(pid)
+
+
+def test_process_spec_errors_name_the_parameter():
+    with pytest.raises(InvalidParameterError, match=r"process_id=2 is invalid: must be in 0 .. "):
+        ProcessSpec("127.0.0.1:1234", 2, 2)
+    with pytest.raises(InvalidParameterError, match="coordinator='localhost' is invalid"):
+        ProcessSpec("localhost", 2, 0)
+    with pytest.raises(InvalidParameterError, match="heartbeat_timeout=1 is invalid"):
+        ProcessSpec("127.0.0.1:1234", 2, 0, heartbeat_timeout=1)
+    assert free_port() != 0
+
+
+_DIE_OR_HANG = (
+    "import os, sys, time; i = int(os.environ['CBDP_PROCESS_ID']); print('up', i, flush=True);"
+    "time.sleep(0.5); sys.exit(3) if i == 1 else time.sleep(600)"
+)
+
+
+def test_launcher_names_the_dead_process_and_stops_a_hanging_one(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(DistributedError) as info:
+        launch(["-c", _DIE_OR_HANG], 2, log_dir=tmp_path, grace=2.0, timeout=60)
+    message = str(info.value)
+    assert "process 1 of 2" in message and "died: exit status 3" in message
+    # Negative control for the sweep test below: a worker that does not end itself is stopped by the
+    # launcher after the grace period, and the message says so.
+    assert "process 0" in message and "stopped by the launcher" in message
+    assert time.monotonic() - t0 < 30
+    for pid in json.loads((tmp_path / "pids.json").read_text()):
+        assert not _alive(pid)
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"launcher exited early: {proc.communicate()}")
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} did not appear in {path} within {timeout} s")
+
+
+def _start_long_sweep(out: Path, epsilons: str, steps: int) -> subprocess.Popen:
+    grid = list(GRID)
+    grid[grid.index("--steps") + 1] = str(steps)
+    grid[grid.index("--epsilon") + 1] = epsilons
+    cmd = [sys.executable, "-m", "cbdp_jax.cli", "sweep", *grid, "--out", str(out),
+           "--processes", "2", "--devices-per-process", "2", "--heartbeat-timeout", "4"]  # fmt: skip
+    return subprocess.Popen(
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _kill_worker(out: Path, index: int) -> list[int]:
+    pids = json.loads((out / ".launch" / "pids.json").read_text())
+    os.kill(pids[index], signal.SIGKILL)
+    return pids
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, err
+
+
+def test_killed_worker_ends_the_job_with_a_message_naming_it(tmp_path):
+    out = tmp_path / "killed"
+    proc = _start_long_sweep(out, "0.5", steps=200_000)
+    try:
+        _wait_for(out / ".launch" / "process-1.log", "devices; 1 units", proc, timeout=120)
+        time.sleep(1.0)
+        pids = _kill_worker(out, 1)
+        t_kill = time.monotonic()
+        code, err = _finish(proc, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - t_kill
+    assert code == 1, err
+    assert f"process 1 of 2 (pid {pids[1]}) died: killed by SIGKILL" in err
+    # Process 0 ended by itself once its heartbeat timeout (4 s) passed, naming task 1.
+    assert "process 0" in err and "ended by itself" in err, err
+    assert "reported dead: process 1" in err, err
+    assert took < 4 + 20, took
+    assert not (out / "sweep.json").exists()
+    for pid in pids:
+        assert not _alive(pid)
+
+
+@pytest.mark.slow
+def test_rerun_after_a_kill_resumes_and_matches_a_clean_run(tmp_path):
+    out = tmp_path / "resumed"
+    proc = _start_long_sweep(out, "0.5,2", steps=50)
+    units = out / ".units" / "sweep"
+    try:
+        _wait_for(out / ".launch" / "process-0.log", "unit 1/2", proc, timeout=240)
+        _kill_worker(out, 1)
+        code, err = _finish(proc, timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    stored = len(list(units.glob("*.json")))
+    assert code != 0 or stored == 2, err  # the kill may land after the last unit
+    rerun = _sweep(out, "--processes", "2", "--devices-per-process", "2")
+    assert rerun.returncode == 0, rerun.stderr + rerun.stdout
+    record, x = _rows(out)
+    assert record["units_reused"] >= 1 and record["units_reused"] == stored
+    clean = _sweep(tmp_path / "clean", "--devices-per-process", "4")
+    assert clean.returncode == 0, clean.stderr
+    np.testing.assert_allclose(x, _rows(tmp_path / "clean")[1], rtol=1e-5, atol=1e-6)

@@ -192,3 +192,40 @@ def test_rerun_after_a_kill_resumes_and_matches_a_clean_run(tmp_path):
     clean = _sweep(tmp_path / "clean", "--devices-per-process", "4")
     assert clean.returncode == 0, clean.stderr
     np.testing.assert_allclose(x, _rows(tmp_path / "clean")[1], rtol=1e-5, atol=1e-6)
+
+
+_PARENT = (
+    "import sys; from cbdp_jax._src.launch import launch; "
+    "launch(['-c', sys.argv[1]], 2, log_dir=sys.argv[2], timeout=120)"
+)
+_CHILD_WATCHED = (
+    "from cbdp_jax._src.launch import exit_with_launcher; exit_with_launcher(0.2); "
+    "import time; time.sleep(120)"
+)
+_CHILD_UNWATCHED = "import time; time.sleep(120)"
+
+
+def _orphans_after_killing_the_launcher(child: str, log_dir: Path, wait: float) -> list[int]:
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, child, str(log_dir)], env=_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not (log_dir / "pids.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = json.loads((log_dir / "pids.json").read_text())
+        time.sleep(1.5)  # the children are running (and have imported what they import)
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    deadline = time.monotonic() + wait  # the watchdog starts once the child's imports are done
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in pids if _alive(pid)]
+    for pid in alive:  # clean up the negative control's orphans
+        os.kill(pid, signal.SIGKILL)
+    return alive
+
+
+def test_workers_end_when_the_launcher_is_killed(tmp_path):
+    assert _orphans_after_killing_the_launcher(_CHILD_WATCHED, tmp_path / "watched", 20) == []
+    # Negative control: a worker without the watchdog outlives its killed launcher.
+    assert len(_orphans_after_killing_the_launcher(_CHILD_UNWATCHED, tmp_path / "bare", 3)) == 2

@@ -43,6 +43,7 @@ ENV_HEARTBEAT = "CBDP_HEARTBEAT_TIMEOUT"
 ENV_PARENT = "CBDP_LAUNCHER_PID"
 # What the coordination service prints when it finds a task dead (the line after names the tasks).
 _UNHEALTHY = "tasks are unhealthy"
+_LOST_COORDINATOR = "Failed to send RPC to coordination service"
 
 
 class DistributedError(RuntimeError):
@@ -186,7 +187,7 @@ def _tail(path: Path, lines: int = 6) -> str:
         text = path.read_text(errors="replace").splitlines()
     except OSError:
         return ""
-    keep = [ln for ln in text if ln.strip() and "Warning" not in ln]
+    keep = [ln for ln in text if ln.strip() and "Warning" not in ln and "[Gloo]" not in ln]
     return "\n".join(keep[-lines:])
 
 
@@ -199,6 +200,8 @@ def _reported_dead(path: Path) -> str | None:
     for i, line in enumerate(text):
         if _UNHEALTHY in line and i + 1 < len(text):
             return text[i + 1].strip()
+        if _LOST_COORDINATOR in line:
+            return "0 (it lost contact with the coordination service)"
     return None
 
 

@@ -66,6 +66,9 @@ def test_two_processes_of_two_devices_match_one_process(tmp_path):
     assert (rec2["processes"], rec2["devices"], rec2["written_by_process"]) == (2, 4, 0)
     assert (rec1["processes"], rec1["devices"]) == (1, 4)
     assert x2.shape == (8, 4) and np.all(np.isfinite(x2[:, 0]))
+    for a, b in zip(x2[:, 0], x1[:, 0], strict=True):  # shown with pytest -s
+        print(f"estimate 2 processes x 2 devices {a:.9f}   1 process x 4 devices {b:.9f}")
+    print(f"max abs difference over estimate, bound, SE, validation: {np.max(np.abs(x2 - x1)):.2e}")
     np.testing.assert_allclose(x2, x1, rtol=1e-5, atol=1e-6)
     # Negative control: the rows differ across the grid, so equal tables are not a trivial match.
     assert np.ptp(x2[:, 0]) > 0.5
@@ -232,3 +235,50 @@ def test_workers_end_when_the_launcher_is_killed(tmp_path):
     assert _orphans_after_killing_the_launcher(_CHILD_WATCHED, tmp_path / "watched", 20) == []
     # Negative control: a worker without the watchdog outlives its killed launcher.
     assert len(_orphans_after_killing_the_launcher(_CHILD_UNWATCHED, tmp_path / "bare", 3)) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--mechanism", "laplace", "--sigma", "1"],
+            "sigma='1' is invalid for mechanism 'laplace'",
+        ),
+        (["--epsilon", "1,x"], "epsilon='1,x' is invalid: must be comma-separated numbers"),
+        (["--adversary", "linear", "--width", "8"], "width=8 is invalid for adversary 'linear'"),
+        (["--coordinator", "127.0.0.1:5"], "give all three or none"),
+        (
+            [
+                "--coordinator",
+                "h:5",
+                "--num-processes",
+                "2",
+                "--process-id",
+                "0",
+                "--processes",
+                "2",
+            ],
+            "processes=2 is invalid with --coordinator",
+        ),  # fmt: skip
+        (["--processes", "0"], "processes=0 is invalid"),
+    ],
+)
+def test_sweep_command_errors_name_the_parameter(tmp_path, monkeypatch, capsys, args, message):
+    from cbdp_jax import cli
+
+    monkeypatch.setattr(sys, "argv", ["cbdp", "sweep", *args, "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert message in err and "Traceback" not in err
+
+
+def test_launcher_and_job_modules_import_only_the_private_layer():
+    import ast
+
+    for name in ("launch.py", "sweep_job.py"):
+        tree = ast.parse((ROOT / "cbdp_jax" / "_src" / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cbdp_jax"):
+                assert node.module.startswith("cbdp_jax._src"), (name, node.module)

@@ -48,6 +48,8 @@ process. ``jax.devices()`` then lists the devices of all hosts, the mesh spans t
 builds the same (deterministic) inputs and contributes its own shards
 (``jax.make_array_from_callback``), and results are gathered to every process with
 ``multihost_utils.process_allgather``; write files from ``jax.process_index() == 0`` only.
+:mod:`cbdp_jax._src.launch` starts such a job on one machine (N local processes, gloo CPU collectives)
+and :mod:`cbdp_jax._src.sweep_job` runs a sweep in it as resumable units (``cbdp sweep --processes N``).
 """
 
 from __future__ import annotations

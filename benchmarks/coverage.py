@@ -162,7 +162,7 @@ def run_case(cls: str, div: str, alphas, quick: bool, runs: int, key) -> list[di
     training = train_sweep(
         k_train,
         mechs,
-        adversaries=CLASSES[cls],
+        adversaries=CLASSES[cls] or bounded_mlp_spec(div),
         divergence=div,
         alphas=alphas,
         seeds=runs,

@@ -460,6 +460,52 @@ class GaussianMechanism(_AdditiveNoise):
 _MAX_SUBSET_RECORDS = 12  # log_density enumerates the 2^m subsets of the records
 
 
+def pair_uniforms(key: jax.Array, n: int, dim: int, dtype) -> jax.Array:
+    """Uniforms on (-1, 1) for ``n`` samples of each side of a canonical pair, ``[2, n, dim]``.
+
+    ``jax.random.laplace`` and ``jax.random.normal`` transform exactly these uniforms, so
+    :func:`canonical_pair_from_uniforms` gives their noise for the same key, and one draw serves a batch
+    that mixes the two families (the sweep's members share a program across families this way).
+    """
+    dt = jnp.dtype(dtype)
+    lo = np.nextafter(np.array(-1.0, dt), np.array(0.0, dt))
+    return jax.random.uniform(key, (2, n, dim), dt, lo, 1.0)
+
+
+def canonical_pair_from_uniforms(
+    u: jax.Array, *, family: str, noise_scale, sensitivity, gaussian=None
+) -> jax.Array:
+    """Samples of P = M(0) and Q = M(v) of an additive-noise mechanism, ``[2, n, d]``, from uniforms.
+
+    Laplace noise is sign(u) log(1 - |u|) (scale 1), Gaussian noise sqrt(2) erfinv(u); both are scaled by
+    ``noise_scale`` (1 / epsilon or sigma) and Q is shifted by the sensitivity vector v. Traceable in
+    every argument but ``family``.
+
+    Args:
+      u: Uniforms from :func:`pair_uniforms`, ``[2, n, d]``.
+      family: ``'laplace'``, ``'gaussian'``, or ``'mixed'`` (then ``gaussian`` picks per call).
+      noise_scale: The noise scale, a scalar (traced or concrete).
+      sensitivity: The shift v, ``[d]``.
+      gaussian: For ``family='mixed'``: a boolean scalar, True for Gaussian noise.
+
+    Returns:
+      ``[2, n, d]``: index 0 samples P, index 1 samples Q.
+
+    """
+    dt = u.dtype
+    laplace = lambda: jnp.sign(u) * jnp.log1p(-jnp.abs(u))  # noqa: E731
+    normal = lambda: np.sqrt(2.0).astype(dt) * jax.lax.erf_inv(u)  # noqa: E731
+    if family == "laplace":
+        noise = laplace()
+    elif family == "gaussian":
+        noise = normal()
+    else:
+        noise = jnp.where(gaussian, normal(), laplace())
+    v = jnp.asarray(sensitivity).astype(dt)
+    centres = jnp.stack([jnp.zeros_like(v), v])
+    return centres[:, None, :] + jnp.asarray(noise_scale).astype(dt) * noise
+
+
 # The noise parameter is a pytree leaf (an array under jit / vmap / grad); the sensitivity fixes the
 # output dimension and the query is code, so both are static. ``jax.vmap`` over an array of epsilons or
 # sigmas therefore runs one compiled program (README: "vmap over mechanism parameters").

@@ -95,7 +95,13 @@ from cbdp_jax._src.core import (
 )
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
-from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+from cbdp_jax._src.mechanisms import (
+    GaussianMechanism,
+    LaplaceMechanism,
+    Mechanism,
+    canonical_pair_from_uniforms,
+    pair_uniforms,
+)
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence, z_quantile
@@ -395,30 +401,19 @@ def _standardisation(static: _Static, inp: MemberInputs):
 
 
 def _uniform(static: _Static, key, n: int) -> jax.Array:
-    """Uniforms on (-1, 1) for ``n`` samples of each side, ``[2, n, d]``.
-
-    ``jax.random.laplace`` and ``jax.random.normal`` both transform exactly these uniforms, so the noise
-    below equals theirs for the same key, and one draw serves a batch that mixes the two families.
-    """
-    dt = jnp.dtype(static.dtype)
-    lo = np.nextafter(np.array(-1.0, dt), np.array(0.0, dt))
-    return jax.random.uniform(key, (2, n, static.dim), dt, lo, 1.0)
+    """Uniforms for ``n`` samples of each side (:func:`~cbdp_jax._src.mechanisms.pair_uniforms`)."""
+    return pair_uniforms(key, n, static.dim, static.dtype)
 
 
 def _place(static: _Static, u: jax.Array, inp: MemberInputs) -> jax.Array:
-    """Samples of P = M(0) and Q = M(v), ``[2, n, d]``: the member's noise from uniforms ``u``."""
-    dt = u.dtype
-    laplace = lambda: jnp.sign(u) * jnp.log1p(-jnp.abs(u))  # noqa: E731
-    normal = lambda: np.sqrt(2.0).astype(dt) * jax.lax.erf_inv(u)  # noqa: E731
-    if static.family == "laplace":
-        noise = laplace()
-    elif static.family == "gaussian":
-        noise = normal()
-    else:
-        noise = jnp.where(inp.gaussian, normal(), laplace())
-    v = inp.sensitivity.astype(dt)
-    centres = jnp.stack([jnp.zeros_like(v), v])
-    return centres[:, None, :] + inp.noise_scale.astype(dt) * noise
+    """Samples of P = M(0) and Q = M(v), ``[2, n, d]``, with the member's noise from uniforms ``u``."""
+    return canonical_pair_from_uniforms(
+        u,
+        family=static.family,
+        gaussian=inp.gaussian,
+        noise_scale=inp.noise_scale,
+        sensitivity=inp.sensitivity,
+    )
 
 
 def _draw_pair(static: _Static, key, n: int, inp: MemberInputs) -> jax.Array:

@@ -169,7 +169,12 @@ class DatasetSpace:
         """A random neighbour of ``d`` under the relation."""
         d2 = d.copy()
         if self.relation == "linf":
-            step = self._value(rng, d.shape) - d
+            if (
+                rng.random() < 0.5
+            ):  # the farthest neighbour: every entry moves by radius towards the middle
+                step = np.where(d < 0.5 * (self.low + self.high), self.radius, -self.radius)
+            else:
+                step = self._value(rng, d.shape) - d
             d2 = np.clip(d + np.clip(step, -self.radius, self.radius), self.low, self.high)
             return np.round(d2) if self.integer else d2
         i = rng.integers(d.shape[0])
@@ -195,6 +200,8 @@ class DatasetSpace:
         v = self._value(rng, d.shape[1:])
         if self.relation == "linf":
             delta = d2[i] - d[i]
+            if np.all(np.abs(delta) == self.radius):  # keep a farthest pair farthest
+                delta = np.where(v < 0.5 * (self.low + self.high), self.radius, -self.radius)
             d[i], d2[i] = v, np.clip(v + delta, self.low, self.high)
         elif np.all(d[i] == d2[i]):
             d[i] = d2[i] = v

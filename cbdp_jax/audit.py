@@ -19,6 +19,7 @@ from cbdp_jax._src.audit import Claim as Claim
 from cbdp_jax._src.audit import DatasetSpace as DatasetSpace
 from cbdp_jax._src.audit import Row as Row
 from cbdp_jax._src.audit import audit as audit
+from cbdp_jax._src.audit import gradient_pair as gradient_pair
 from cbdp_jax._src.audit import parse_claim as parse_claim
 from cbdp_jax._src.audit import screen_score as screen_score
 from cbdp_jax._src.audit import search_pair as search_pair
@@ -38,6 +39,7 @@ __all__ = [
     "DatasetSpace",
     "Row",
     "audit",
+    "gradient_pair",
     "load_mechanism",
     "load_samples",
     "parse_claim",

@@ -738,6 +738,10 @@ def audit_cmd(
     ] = 20_000,
     random_pairs: Annotated[int, typer.Option(help="random candidates from --space")] = 12,
     local_steps: Annotated[int, typer.Option(help="local-search moves from the best")] = 12,
+    gradient_steps: Annotated[
+        int,
+        typer.Option(help="then gradient ascent on the datasets (differentiable JAX mechanisms)"),
+    ] = 0,
     classes: Annotated[
         str, typer.Option(help="critic classes: linear, poly, mlp, histogram (bounded-mlp)")
     ] = "linear,poly,mlp,histogram",
@@ -765,6 +769,7 @@ def audit_cmd(
     config = au.AuditConfig(
         samples=samples, screen_samples=screen_samples, random_pairs=random_pairs,
         local_steps=local_steps, classes=_parse_classes(classes), confidence=confidence,
+        gradient_steps=gradient_steps,
     )  # fmt: skip
     if suite:
         return _audit_suite(config, seed, output_format, out)

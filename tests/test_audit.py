@@ -319,3 +319,19 @@ def test_help_mentions_the_fixed_interface():
     text = textwrap.dedent(proc.stdout)
     for needle in ("--claim", "--d-prime", "--space", "--suite", "--format", "--out"):
         assert needle in text
+
+
+def test_gradient_ascent_moves_a_differentiable_mechanisms_pair_to_the_worst_case():
+    case = suite_case("laplace_sensitivity")
+    start = (np.full(5, 1.0), np.array([1.2, 1.0, 1.0, 1.0, 1.0]))  # sums differ by 0.2 of 2
+    d, d2 = au.gradient_pair(jax.random.key(0), case.fn, start, math.e, case.space, steps=15)
+    assert np.sum(np.any(d != d2)) <= 1 and d.min() >= 0 and d2.max() <= 2  # still neighbours
+    # each step moves the differing record by 0.1 in the direction that separates the two laws
+    assert abs(np.sum(d) - np.sum(d2)) >= 1.5
+
+
+def test_gradient_ascent_leaves_a_zero_gradient_mechanism_in_place():
+    case = suite_case("rnm_scale")  # argmax: no gradient reaches the dataset
+    start = as_arrays(case.paper_pair)
+    d, d2 = au.gradient_pair(jax.random.key(0), case.fn, start, math.e, case.space, steps=3)
+    assert np.array_equal(d, start[0]) and np.array_equal(d2, start[1])

@@ -169,7 +169,12 @@ class DatasetSpace:
         """A random neighbour of ``d`` under the relation."""
         d2 = d.copy()
         if self.relation == "linf":
-            step = self._value(rng, d.shape) - d
+            if (
+                rng.random() < 0.5
+            ):  # the farthest neighbour: every entry moves by radius towards the middle
+                step = np.where(d < 0.5 * (self.low + self.high), self.radius, -self.radius)
+            else:
+                step = self._value(rng, d.shape) - d
             d2 = np.clip(d + np.clip(step, -self.radius, self.radius), self.low, self.high)
             return np.round(d2) if self.integer else d2
         i = rng.integers(d.shape[0])
@@ -195,6 +200,8 @@ class DatasetSpace:
         v = self._value(rng, d.shape[1:])
         if self.relation == "linf":
             delta = d2[i] - d[i]
+            if np.all(np.abs(delta) == self.radius):  # keep a farthest pair farthest
+                delta = np.where(v < 0.5 * (self.low + self.high), self.radius, -self.radius)
             d[i], d2[i] = v, np.clip(v + delta, self.low, self.high)
         elif np.all(d[i] == d2[i]):
             d[i] = d2[i] = v
@@ -219,6 +226,8 @@ class AuditConfig:
       confidence: Family-wise level of the certified bounds.
       violation_size: The size of violation for which "samples needed" is reported.
       estimator_steps: Training steps of the estimator for Renyi and capacity claims.
+      gradient_steps: Gradient-ascent steps on the datasets after the local search, for mechanisms
+        that trace under jit and are differentiable in the dataset (0: off).
 
     """
 
@@ -232,6 +241,7 @@ class AuditConfig:
     confidence: float = 0.95
     violation_size: float = 0.01
     estimator_steps: int = 600
+    gradient_steps: int = 0
 
     def __post_init__(self):
         check_int_at_least("samples", self.samples, 100)
@@ -240,6 +250,7 @@ class AuditConfig:
             "train_fraction", self.train_fraction, 0.0, 1.0, low_open=True, high_open=True
         )
         check_in_range("confidence", self.confidence, 0.0, 1.0, low_open=True, high_open=True)
+        check_int_at_least("gradient_steps", self.gradient_steps, 0)
 
 
 class Row(NamedTuple):
@@ -372,7 +383,74 @@ def search_pair(
         s = score(cand)
         if s > best_s:
             best, best_s = cand, s
+    if config.gradient_steps > 0 and space is not None and mech.runs_in_jax(best[0]):
+        cand = gradient_pair(next(keys), mech.fn, best, gamma, space, steps=config.gradient_steps)
+        s = score(cand)
+        if s > best_s:
+            best, best_s = cand, s
     return best, screened
+
+
+def _project(space: DatasetSpace, d: np.ndarray, d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Back into the space and the relation: clip, then keep only the most-changed record different."""
+    d, d2 = (np.clip(x, space.low, space.high) for x in (d, d2))
+    if space.relation == "linf":
+        d2 = np.clip(d + np.clip(d2 - d, -space.radius, space.radius), space.low, space.high)
+    else:
+        gap = np.abs(d2 - d).reshape(d.shape[0], -1).sum(axis=1)
+        i = int(np.argmax(gap))
+        keep = d2[i].copy() if space.relation == "replace-one" else np.zeros_like(d2[i])
+        d2 = d.copy()
+        d2[i] = keep
+    if space.integer:
+        d, d2 = np.round(d), np.round(d2)
+    return d, d2
+
+
+def gradient_pair(
+    key: jax.Array, fn: Callable, pair, gamma: float, space: DatasetSpace, *, steps: int = 20,
+    n: int = 4096, learning_rate: float = 0.05,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Gradient ascent on (D, D') of mean h(M(D)) - gamma mean h(M(D')) for a differentiable JAX M.
+
+    h = sigmoid((w . x - t) / s) is the half-space critic of the current pair, refitted every step,
+    smoothed by the projection's spread s; the noise is reparameterised (the same keys at each step),
+    so the gradient flows through the mechanism into the dataset. After each step the pair is projected
+    back into the space and the neighbour relation. Mechanisms with zero gradient (argmax, thresholds)
+    do not move.
+    """
+    import jax.numpy as jnp
+
+    d, d2 = (np.asarray(x, np.float64) for x in pair)
+    width = (space.high - space.low) * learning_rate
+    for k in jax.random.split(key, steps):
+        kp, kq = jax.random.split(k)
+        xp = np.asarray(fn(kp, jnp.asarray(d, jnp.float32), n), np.float64).reshape(n, -1)
+        xq = np.asarray(fn(kq, jnp.asarray(d2, jnp.float32), n), np.float64).reshape(n, -1)
+        w_t, t = _critic_plane(xp, xq, gamma)
+        spread = float(np.std(xp @ w_t)) + 1e-6
+
+        def objective(a, b, w_t=w_t, t=t, spread=spread, kp=kp, kq=kq):
+            hp = jax.nn.sigmoid((fn(kp, a, n).reshape(n, -1) @ w_t - t) / spread)
+            hq = jax.nn.sigmoid((fn(kq, b, n).reshape(n, -1) @ w_t - t) / spread)
+            return jnp.mean(hp) - gamma * jnp.mean(hq)
+
+        ga, gb = jax.grad(objective, argnums=(0, 1))(
+            jnp.asarray(d, jnp.float32), jnp.asarray(d2, jnp.float32)
+        )
+        step = lambda g: width * np.sign(np.asarray(g, np.float64))
+        d, d2 = _project(space, d + step(ga), d2 + step(gb))
+    return d, d2
+
+
+def _critic_plane(xp: np.ndarray, xq: np.ndarray, gamma: float) -> tuple[np.ndarray, float]:
+    """The half-space critic's (w, t) for the current samples (mean-difference direction if none)."""
+    best = (-math.inf, hs._directions(xp, xq)[0], 0.0)
+    for w in hs._directions(xp, xq):
+        t, val = hs._best_threshold(xp @ w, xq @ w, gamma)
+        if val > best[0] and math.isfinite(t):
+            best = (val, w, t)
+    return best[1], best[2]
 
 
 def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[Row], int]:

@@ -282,3 +282,27 @@ def test_launcher_and_job_modules_import_only_the_private_layer():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cbdp_jax"):
                 assert node.module.startswith("cbdp_jax._src"), (name, node.module)
+
+
+@pytest.mark.slow
+def test_one_process_per_host_with_coordinator_flags_and_no_shared_folder(tmp_path):
+    port = free_port()
+    flags = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    procs = []
+    try:
+        for i in range(2):  # as on two hosts: each its own --out folder
+            cmd = [sys.executable, "-m", "cbdp_jax.cli", "sweep", *GRID, "--out",
+                   str(tmp_path / f"host{i}"), *flags, "--process-id", str(i),
+                   "--devices-per-process", "2"]  # fmt: skip
+            procs.append(subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in procs] == [0, 0]
+    record, x = _rows(tmp_path / "host0")
+    assert (record["processes"], record["devices"], x.shape[0]) == (2, 4, 8)
+    assert "8 members" in outs[0] and "members" not in outs[1]
+    assert list((tmp_path / "host1").rglob("*")) == []  # process 1 wrote nothing

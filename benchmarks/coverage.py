@@ -262,6 +262,7 @@ def figure(summary: list[dict[str, Any]], path: str) -> None:
             for r in summary
         ]
     ).T
+    err = np.maximum(err, 0.0)  # a Wilson interval at coverage 1 ends at 1 (rounding can go below)
     colors = ["C2" if r["guarantee"] == "finite-sample" else "C0" for r in summary]
     ax.scatter(xs, cov, c=colors, s=12, zorder=3)
     ax.errorbar(xs, cov, yerr=err, fmt="none", ecolor="0.6", lw=0.8)
@@ -347,9 +348,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"cases below target: {len(bad)} of {len(payload['summary'])}; {payload['seconds']:.0f} s"
     )
+    _common.write(args.out, "coverage", args, payload)
     if args.figure:
         figure(payload["summary"], args.figure)
-    _common.write(args.out, "coverage", args, payload)
     return payload
 
 

@@ -54,18 +54,25 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _parse_sensitivity(text: str | None) -> tuple[float, ...] | None:
+def _parse_floats(
+    name: str, text: str | None, example: str = "0.5,1,2"
+) -> tuple[float, ...] | None:
+    """Comma-separated numbers of option ``name`` (None stays None); errors name the option."""
     if text is None:
         return None
     try:
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise InvalidParameterError(
-            f"sensitivity={text!r} is invalid: must be comma-separated numbers, e.g. 1,0.5"
+            f"{name}={text!r} is invalid: must be comma-separated numbers, e.g. {example}"
         ) from None
     if not values:
-        raise InvalidParameterError(f"sensitivity={text!r} is invalid: must not be empty")
+        raise InvalidParameterError(f"{name}={text!r} is invalid: must not be empty")
     return values
+
+
+def _parse_sensitivity(text: str | None) -> tuple[float, ...] | None:
+    return _parse_floats("sensitivity", text, example="1,0.5")
 
 
 def _print_record(title: str, fields: list[tuple[str, Any]]) -> None:
@@ -1000,20 +1007,6 @@ def demo_cmd(
     if out is not None:
         check_output_folder("out", out)
     run_demo(samples=samples, steps=steps, seed=seed, out=out)
-
-
-def _parse_floats(name: str, text: str | None) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise InvalidParameterError(
-            f"{name}={text!r} is invalid: must be comma-separated numbers, e.g. 0.5,1,2"
-        ) from None
-    if not values:
-        raise InvalidParameterError(f"{name}={text!r} is invalid: must not be empty")
-    return values
 
 
 def _sweep_job(mechanism, epsilon, sigma, sensitivity, adversary, options, divergence, alpha,

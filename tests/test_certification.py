@@ -213,9 +213,30 @@ def test_kl_poly3_under_laplace_noise_is_trained_as_poly2_and_says_why():
     res = estimate(jax.random.key(7), LaplaceMechanism(epsilon=1.0), samples=20_000,
                    adversary="poly", degree=3, config=cfg)  # fmt: skip
     assert res.adversary == "poly_2" and "poly_3 trained as poly_2" in res.warnings[0]
-    exact_poly3 = exact.restricted_divergence(exact.laplace_pair(1.0), "kl", "poly", degree=3).value
-    assert exact_poly3 == pytest.approx(0.261403, abs=1e-6) and res.lower_bound <= exact_poly3
+    # The reduction is exact: the exact layer gives poly_3 the poly_2 value (0.261403 at eps = 1).
+    pair = exact.laplace_pair(1.0)
+    exact_poly3 = exact.restricted_divergence(pair, "kl", "poly", degree=3).value
+    exact_poly2 = exact.restricted_divergence(pair, "kl", "poly", degree=2).value
+    assert exact_poly3 == pytest.approx(0.261403, abs=1e-6) == exact_poly2
+    assert res.lower_bound <= exact_poly3
     # Negative controls: Renyi (polynomial conjugate growth) and poly_2 keep their class.
     renyi = estimate(jax.random.key(7), LaplaceMechanism(epsilon=1.0), samples=20_000,
                      adversary="poly", degree=3, divergence="renyi", alpha=2.0, config=cfg)  # fmt: skip
     assert renyi.adversary == "poly_3" and not any("trained as" in w for w in renyi.warnings)
+
+
+def test_the_sweep_applies_the_same_kl_rule_per_class():
+    """One rule (objectives.kl_domain_reduction) for the estimator and the sweep: poly_3 KL members are
+    trained as poly_2 and say so; the poly_2 members beside them carry no note."""
+    from cbdp_jax.adversaries import make_adversary
+    from cbdp_jax.sweep import SweepConfig, estimate_sweep
+
+    rows = estimate_sweep(
+        jax.random.key(8),
+        LaplaceMechanism(epsilon=1.0),
+        adversaries=(make_adversary("poly", degree=2), make_adversary("poly", degree=3)),
+        config=SweepConfig(steps=200, eval_every=100, batch_size=1024, test_samples=20_000),
+    )
+    notes = [any("poly_3 trained as poly_2" in w for w in r["warnings"]) for r in rows]
+    assert notes == [False, True]
+    assert [r["adversary"] for r in rows] == ["poly_2", "poly_2"]

@@ -1,7 +1,7 @@
 """Prints the README's layout block: every module of the package with its line count and one sentence.
 
     python tools/layout.py            # print the block
-    python tools/layout.py --check    # exit 1 if README.md's block is out of date (tests/test_layout.py)
+    python tools/layout.py --check    # exit 1 if README.md's block differs (the test allows 10% drift)
 
 The sentence is the first sentence of the module docstring, so a module describes itself in one place.
 """

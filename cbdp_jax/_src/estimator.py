@@ -31,6 +31,7 @@ from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
 from cbdp_jax._src.evaluation import Critic, array_chunks, critic_outputs, evaluate_fixed
 from cbdp_jax._src.io import environment_info, to_json
+from cbdp_jax._src.objectives import kl_domain_reduction
 from cbdp_jax._src.statistics import betting
 from cbdp_jax._src.statistics.bounds import (
     Bound,
@@ -431,7 +432,7 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
     scale, shift = trained.scale, trained.shift
     n_test = min(prob.n_test)
     if guarantee == "finite-sample":
-        fixed = spec.bound if spec.bound is not None else None
+        fixed = spec.bound
         crit_p, crit_q = scale * hv_p + shift, scale * hv_q + shift
         if fixed is not None:
             # A bounded class: the fitted affine map keeps the critic inside a known interval.
@@ -720,41 +721,6 @@ def _known_infinite(pair, spec: AdversarySpec, div) -> str | None:
     )
 
 
-def _kl_domain_reduction(pair, spec, div) -> tuple[Any, str | None]:
-    """poly_k for KL with odd k >= 3 under Laplace / Gaussian noise is trained as poly_(k-1), and why.
-
-    For KL, f*(h) = exp(h - 1): a polynomial h with a nonzero odd leading coefficient of degree >= 3
-    has E_Q[exp h] = +inf under noise with unbounded support and Laplace or Gaussian tails, so such a
-    member's value is -inf and D^{poly_k} = D^{poly_(k-1)} (docs/theory/exact_solver.md, section 3). A
-    sample never shows this: the divergence of E_Q[exp h] starts far beyond the sampled range, so a
-    trained cubic term would be certified on a truncated law (the capacity curve caught a bound above
-    the exact value this way). The estimator therefore drops that degree, as the exact solver does.
-    """
-    from cbdp_jax._src.mechanisms import (
-        GaussianMechanism,
-        LaplaceMechanism,
-        SubsampledGaussianMechanism,
-    )
-
-    unbounded_noise = (LaplaceMechanism, GaussianMechanism, SubsampledGaussianMechanism)
-    odd_poly = (
-        isinstance(spec, AdversarySpec)
-        and spec.name == "poly"
-        and spec.bound is None
-        and spec.degree >= 3
-        and spec.degree % 2 == 1
-    )
-    if div.name != "kl" or not odd_poly or not isinstance(pair.mechanism, unbounded_noise):
-        return spec, None
-    reduced = dataclasses.replace(spec, degree=spec.degree - 1)
-    note = (
-        f"{spec.label} trained as {reduced.label}: for KL under {type(pair.mechanism).__name__} "
-        f"noise any nonzero degree-{spec.degree} coefficient makes E_Q[exp h] infinite, so "
-        f"D^{spec.label} = D^{reduced.label} (a sample cannot show this)"
-    )
-    return reduced, note
-
-
 def estimate_from_samples(
     key: jax.Array,
     p_samples: Any,
@@ -1011,7 +977,7 @@ def estimate(
     test_samples = check_int_at_least("test_samples", test_samples, 2)
     spec = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
-    spec, domain_note = _kl_domain_reduction(pair, spec, div)
+    spec, domain_note = kl_domain_reduction(pair.mechanism, spec, div.name)
     dtype = jnp.dtype(config.dtype)
     trainer = _trainer(spec, div, pair.dim, config)
     k_train, k_val, k_test, k_fit = jax.random.split(key, 4)

@@ -9,6 +9,7 @@ fitted sign and scale for the alpha family -- and only that fixed function is ev
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -238,3 +239,48 @@ def conservative_fit(
     # lax.map: one candidate at a time, so memory stays that of one validation pass.
     best = jnp.argmax(jax.lax.map(lower_bound, (scales, shifts)))
     return scales[best], shifts[best]
+
+
+def kl_domain_reduction(mechanism: Any, spec: Any, divergence: str) -> tuple[Any, str | None]:
+    """poly_k for KL with odd k >= 3 under Laplace / Gaussian noise is trained as poly_(k-1), and why.
+
+    For KL, f*(h) = exp(h - 1): a polynomial h with a nonzero odd leading coefficient of degree >= 3
+    has E_Q[exp h] = +inf under noise with unbounded support and Laplace or Gaussian tails, so such a
+    member's value is -inf and D^{poly_k} = D^{poly_(k-1)} (docs/theory/exact_solver.md, section 3). A
+    sample never shows this: the divergence of E_Q[exp h] starts far beyond the sampled range, so a
+    trained cubic term would be certified on a truncated law (the capacity curve caught a bound above
+    the exact value this way). The estimator and the sweep therefore drop that degree, as the exact
+    solver does.
+
+    Args:
+      mechanism: The mechanism whose outputs the critic sees.
+      spec: The adversary class (an ``AdversarySpec``; other classes pass through).
+      divergence: The divergence's name.
+
+    Returns:
+      ``(spec to train, note)``: the class itself and None unless the rule applies.
+
+    """
+    from cbdp_jax._src.mechanisms import (
+        GaussianMechanism,
+        LaplaceMechanism,
+        SubsampledGaussianMechanism,
+    )
+
+    unbounded_noise = (LaplaceMechanism, GaussianMechanism, SubsampledGaussianMechanism)
+    odd_poly = (
+        isinstance(spec, AdversarySpec)
+        and spec.name == "poly"
+        and spec.bound is None
+        and spec.degree >= 3
+        and spec.degree % 2 == 1
+    )
+    if divergence != "kl" or not odd_poly or not isinstance(mechanism, unbounded_noise):
+        return spec, None
+    reduced = dataclasses.replace(spec, degree=spec.degree - 1)
+    note = (
+        f"{spec.label} trained as {reduced.label}: for KL under {type(mechanism).__name__} "
+        f"noise any nonzero degree-{spec.degree} coefficient makes E_Q[exp h] infinite, so "
+        f"D^{spec.label} = D^{reduced.label} (a sample cannot show this)"
+    )
+    return reduced, note

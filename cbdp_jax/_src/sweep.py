@@ -102,6 +102,7 @@ from cbdp_jax._src.mechanisms import (
     canonical_pair_from_uniforms,
     pair_uniforms,
 )
+from cbdp_jax._src.objectives import kl_domain_reduction
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence, z_quantile
@@ -228,6 +229,8 @@ class Member(NamedTuple):
       alpha: The order (None for KL).
       learning_rate: Adam's step size.
       seed: The seed; the member's keys derive from ``fold_in(k_members, seed)`` (module docstring).
+      note: Why the class is trained reduced (``objectives.kl_domain_reduction``), else None; the
+        member's row starts its warnings with it.
 
     """
 
@@ -238,6 +241,7 @@ class Member(NamedTuple):
     alpha: float | None
     learning_rate: float
     seed: int
+    note: str | None = None
 
 
 class _Static(NamedTuple):
@@ -743,7 +747,13 @@ def _plan(
     check_choice("divergence", divergence, SWEEP_DIVERGENCES)
     check_choice("convention", convention, ("abs", "nonneg"))
     mechs = _as_mechanisms(mechanisms)
-    specs = _as_specs(adversaries, adversary_options)
+    # Every sweep mechanism has Laplace or Gaussian noise, so the KL rule depends on the class only.
+    reduced = [
+        kl_domain_reduction(mechs[0], s, divergence)
+        for s in _as_specs(adversaries, adversary_options)
+    ]
+    specs = tuple(s for s, _ in reduced)
+    notes = tuple(note for _, note in reduced)
     if config.guarantee == "finite-sample":
         for spec in specs:
             if spec.bound is None:
@@ -757,7 +767,7 @@ def _plan(
     lrs = tuple(check_positive("learning_rates", lr) for lr in lrs)
     seed_grid = _as_seeds(seeds)
     members = tuple(
-        Member(i, m, s, j, a, lr, seed)
+        Member(i, m, s, j, a, lr, seed, notes[j])
         for i, (m, (j, s), a, lr, seed) in enumerate(
             itertools.product(mechs, enumerate(specs), alpha_grid, lrs, seed_grid)
         )
@@ -1013,7 +1023,7 @@ def _row(
     config = plan.config
     div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)
     bound, check, cap = _certify_member(member, held, scale, shift, config, div, method)
-    warnings: list[str] = []
+    warnings: list[str] = [member.note] if member.note else []
     if not finite:
         warnings.append("training diverged (NaN or inf); lower the learning rate")
     fields = bound_fields(div, held, bound, member.adversary, cap, warnings)

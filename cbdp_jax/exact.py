@@ -17,6 +17,7 @@ from cbdp_jax._src.exact import degree_limit as degree_limit
 from cbdp_jax._src.exact import gaussian_pair as gaussian_pair
 from cbdp_jax._src.exact import laplace_pair as laplace_pair
 from cbdp_jax._src.exact import noise_pair_from as noise_pair_from
+from cbdp_jax._src.exact import output_laws as output_laws
 from cbdp_jax._src.exact import point_mass_pair as point_mass_pair
 from cbdp_jax._src.exact import restricted_divergence as restricted_divergence
 from cbdp_jax._src.exact import restricted_divergence_curve as restricted_divergence_curve
@@ -36,6 +37,7 @@ __all__ = [
     "gaussian_pair",
     "laplace_pair",
     "noise_pair_from",
+    "output_laws",
     "point_mass_pair",
     "restricted_divergence",
     "restricted_divergence_curve",

@@ -23,6 +23,7 @@ from cbdp_jax.exact import (
     gaussian_pair,
     laplace_pair,
     noise_pair_from,
+    output_laws,
     point_mass_pair,
     restricted_divergence,
     restricted_divergence_curve,
@@ -123,11 +124,13 @@ def test_unrestricted_gaussian_kl_and_renyi(sigma, sens):
     "pair", [laplace_pair(1.0), gaussian_pair(1.5)], ids=["laplace", "gaussian"]
 )
 def test_unrestricted_other_divergences_match_scipy(pair):
+    laws = output_laws(pair)
+
     def dens(x, loc):
-        if pair.family == "laplace":
-            return math.exp(-abs(x - loc) / pair.scale) / (2 * pair.scale)
-        return math.exp(-0.5 * ((x - loc) / pair.scale) ** 2) / (
-            pair.scale * math.sqrt(2 * math.pi)
+        if laws.family == "laplace":
+            return math.exp(-abs(x - loc) / laws.scale) / (2 * laws.scale)
+        return math.exp(-0.5 * ((x - loc) / laws.scale) ** 2) / (
+            laws.scale * math.sqrt(2 * math.pi)
         )
 
     fs = {
@@ -223,12 +226,13 @@ def test_kl_odd_leading_coefficient_is_zero():
 )
 def test_printed_bound_is_violated_and_corrected_bound_holds(pair, alpha, printed):
     exact = restricted_divergence(pair, "renyi", alpha=alpha).value
-    if pair.family == "laplace":
-        paper = an.laplace_lin_renyi_upper_bound(alpha, 1.0 / pair.scale, form="paper")
-        corrected = an.laplace_lin_renyi_upper_bound(alpha, 1.0 / pair.scale)
+    laws = output_laws(pair)
+    if laws.family == "laplace":
+        paper = an.laplace_lin_renyi_upper_bound(alpha, 1.0 / laws.scale, form="paper")
+        corrected = an.laplace_lin_renyi_upper_bound(alpha, 1.0 / laws.scale)
     else:
-        paper = an.gaussian_lin_renyi_upper_bound(alpha, pair.scale, form="paper")
-        corrected = an.gaussian_lin_renyi_upper_bound(alpha, pair.scale)
+        paper = an.gaussian_lin_renyi_upper_bound(alpha, laws.scale, form="paper")
+        corrected = an.gaussian_lin_renyi_upper_bound(alpha, laws.scale)
     assert paper == pytest.approx(printed, abs=MD)
     assert exact > paper
     assert exact < corrected
@@ -480,12 +484,64 @@ def test_mechanism_objects_are_accepted():
     from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, NonPrivateRelease
 
     assert noise_pair_from(LaplaceMechanism(epsilon=2.0)) == NoisePair("laplace", 0.5, (1.0,))
-    assert noise_pair_from(GaussianMechanism(sigma=1.5, sensitivity=(1.0, 2.0))) == gaussian_pair(
-        1.5, (1.0, 2.0)
+    assert noise_pair_from(GaussianMechanism(sigma=1.5, sensitivity=(1.0, 2.0))) == output_laws(
+        gaussian_pair(1.5, (1.0, 2.0))
     )
     assert noise_pair_from(NonPrivateRelease(dim=2)).family == "point_mass"
     r = restricted_divergence(LaplaceMechanism(epsilon=1.0), "renyi", alpha=4.0)
     assert isinstance(r, ExactResult) and r.value == pytest.approx(0.410577, abs=MD)
+
+
+def test_one_pair_type_for_the_exact_layer_and_the_estimator():
+    """The exact layer's constructors return the estimator's NeighbouringPair, and the exact layer
+    takes any NeighbouringPair whose laws it knows (a custom query, signed shifts), so one object
+    serves both; a pair without closed-form laws is refused by name."""
+    import jax.numpy as jnp
+
+    from cbdp_jax.mechanisms import (
+        GaussianMechanism,
+        NeighbouringPair,
+        RandomizedResponse,
+        canonical_pair,
+    )
+
+    for pair in (laplace_pair(1.0), gaussian_pair(2.0, (1.0, -0.5)), point_mass_pair(3.0)):
+        assert isinstance(pair, NeighbouringPair)
+    lap = laplace_pair(1.0)
+    assert output_laws(lap) == NoisePair("laplace", 1.0, (1.0,))
+    # The same value from the constructor, the mechanism's canonical pair and the laws themselves.
+    from cbdp_jax.mechanisms import LaplaceMechanism
+
+    values = {
+        restricted_divergence(p, "kl", "linear").value
+        for p in (lap, canonical_pair(LaplaceMechanism(epsilon=1.0)), output_laws(lap))
+    }
+    assert len(values) == 1 and values.pop() == pytest.approx(lin_kl_laplace_formula(1.0), rel=REL)
+    # A mean query over 4 records: changing one record by 1 shifts the answer by 1/4.
+    mean = GaussianMechanism(
+        sigma=0.5, sensitivity=(0.25,), query=lambda d: jnp.mean(jnp.asarray(d), keepdims=True)
+    )
+    custom = NeighbouringPair(mean, jnp.array([0.0, 0.0, 0.0, 1.0]), jnp.zeros(4))
+    assert output_laws(custom) == NoisePair("gaussian", 0.5, (-0.25,))
+    assert unrestricted_divergence(custom, "kl").value == pytest.approx(
+        0.25**2 / (2 * 0.5**2), rel=REL
+    )
+    with pytest.raises(InvalidParameterError, match="pair.*no closed-form output laws"):
+        output_laws(canonical_pair(RandomizedResponse(epsilon=1.0, k=2)))
+    # The estimator takes the very same object.
+    import jax
+
+    from cbdp_jax.estimator import EstimatorConfig, estimate
+
+    r = estimate(
+        jax.random.key(0),
+        lap,
+        samples=2000,
+        adversary="linear",
+        divergence="kl",
+        config=EstimatorConfig(steps=20, ensemble=1),
+    )
+    assert math.isfinite(r.estimate)
 
 
 # --------------------------------------------------------------------------------------------------

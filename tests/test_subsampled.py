@@ -96,7 +96,9 @@ def test_bad_parameters_are_refused_by_name(kwargs, name):
 def test_factory_and_pair_from_mechanism():
     mech = make_mechanism("subsampled_gaussian", sigma=2.0, sampling_rate=0.01, direction="add")
     pair = exact.noise_pair_from(mech)
-    assert pair == exact.subsampled_gaussian_pair(2.0, 0.01, 1.0, "add")
+    assert pair == exact.output_laws(exact.subsampled_gaussian_pair(2.0, 0.01, 1.0, "add"))
+    # The estimator's canonical pair of the same mechanism has the same laws.
+    assert pair == exact.output_laws(canonical_pair(mech))
 
 
 # --------------------------------------------------------------------------------------------------

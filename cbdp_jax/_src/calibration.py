@@ -126,8 +126,8 @@ class Calibration:
         """``'epsilon'`` for Laplace, else ``'sigma'``."""
         return "epsilon" if self.family == "laplace" else "sigma"
 
-    def pair(self, noise: float) -> ex.NoisePair:
-        """The one-step pair at the noise parameter (epsilon or sigma)."""
+    def pair(self, noise: float):
+        """The one-step pair (a NeighbouringPair) at the noise parameter (epsilon or sigma)."""
         if self.family == "laplace":
             return ex.laplace_pair(noise, self.sensitivity)
         if self.family == "gaussian":

@@ -74,10 +74,16 @@ def resolve_guarantee(guarantee: str, spec) -> str:
     return "finite-sample" if spec.bound is not None else "asymptotic"
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _conjugate_program(div: Divergence, s: jax.Array) -> jax.Array:
+    """f*(s) as one compiled program (eagerly, each operation would be a program of its own)."""
+    return div.conjugate(s)
+
+
 def _conj64(div: Divergence, s) -> np.ndarray:
     """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision."""
     with jax.enable_x64(True), np.errstate(all="ignore"):
-        return np.asarray(div.conjugate(jnp.asarray(s, jnp.float64)), np.float64)
+        return np.asarray(_conjugate_program(div, jnp.asarray(s, jnp.float64)), np.float64)
 
 
 def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
@@ -132,7 +138,7 @@ def _bounded(h: np.ndarray, b: float) -> np.ndarray:
 
 def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(all="ignore"):
-        t_q = np.asarray(div.conjugate(jnp.asarray(h_q)), np.float64)
+        t_q = np.asarray(_conjugate_program(div, jnp.asarray(h_q)), np.float64)
     return np.asarray(h_p, np.float64), t_q
 
 

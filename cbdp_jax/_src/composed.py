@@ -116,7 +116,8 @@ def composed_divergence(
     """The exact value of the T-step non-adaptive release (x_1, ..., x_T) of a one-step pair.
 
     Args:
-      pair: The one-step pair (a :class:`~cbdp_jax.exact.NoisePair` or a mechanism), 1-D for T > 1.
+      pair: The one-step pair (a :class:`~cbdp_jax.mechanisms.NeighbouringPair`, e.g.
+        ``exact.laplace_pair(1.0)``, or a mechanism), 1-D for T > 1.
       divergence: ``'kl'`` or ``'renyi'``.
       steps: T, an integer >= 1.
       adversary: ``'linear'``, ``'poly'`` (for T > 1 the additive class sum_t p_t(x_t)),

@@ -255,7 +255,11 @@ def trainer(
     def build(key, loc, scale):
         return adversary.build(key, dim, loc=loc, scale=scale, dtype=dtype)
 
-    graphdef = nnx.split(build(jax.random.key(0), None, None), nnx.Param, ...)[0]
+    # The graph definition from shapes alone (nnx.eval_shape): no array is computed, so building a
+    # trainer runs no eager operation (each would be a separate program to load at cold start).
+    graphdef = nnx.split(
+        nnx.eval_shape(lambda: build(jax.random.key(0), None, None)), nnx.Param, ...
+    )[0]
     kind = objective_kind(divergence, props, tight)
     fns = objective_functions(kind, divergence.name, divergence.convention)
 

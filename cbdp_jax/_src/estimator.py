@@ -362,6 +362,18 @@ class _Trained(NamedTuple):
     warnings: tuple[str, ...]
 
 
+@jax.jit
+def _take_member(tree, member):
+    """Member ``member`` of every leaf (one program, not one indexing operation per leaf)."""
+    return jax.tree.map(lambda x: x[member], tree)
+
+
+@functools.partial(jax.jit, static_argnames=("trainer", "divergence"))
+def _fit_program(params, rest, fit_batch, val_batch, z, *, trainer, divergence):
+    """:func:`~cbdp_jax._src.core.fit` as one compiled program."""
+    return core_fit(trainer, divergence, params, rest, fit_batch, val_batch, z)
+
+
 def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     """Trains the ensemble (restarting with a smaller step on divergence) and fixes one member."""
     config, trainer = prob.config, prob.trainer
@@ -401,10 +413,11 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
         warnings.append("training diverged in every adversary even after restarts")
     best_values = np.where(finite, np.asarray(out.best_value), -np.inf)
     member = int(np.argmax(best_values))
-    take = lambda tree: jax.tree.map(lambda x: x[member], tree)  # noqa: E731
-    params_m, rest_m = take(out.best_params), take(state.rest)
+    params_m, rest_m = _take_member((out.best_params, state.rest), np.int32(member))
     fit_batch = prob.train if prob.train is not None else prob.stats_sample
-    fscale, fshift = core_fit(trainer, prob.divergence, params_m, rest_m, fit_batch, prob.val, z)
+    fscale, fshift = _fit_program(
+        params_m, rest_m, fit_batch, prob.val, z, trainer=trainer, divergence=prob.divergence
+    )
     return _Trained(
         trainer.graphdef,
         params_m,

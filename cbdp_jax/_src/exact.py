@@ -71,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cbdp_jax._src import mechanisms as mech
 from cbdp_jax._src import orthopoly
 from cbdp_jax._src import quadrature as quad
 from cbdp_jax._src.divergences import (
@@ -208,14 +209,15 @@ def laplace_pair(epsilon: float, sensitivity: float | Sequence[float] = 1.0) -> 
       sensitivity: The shift v, a number (d = 1) or a vector.
 
     Returns:
-      The pair.
+      A :class:`~cbdp_jax.mechanisms.NeighbouringPair` (the one pair type: ``estimate`` takes it too;
+      its laws for quadrature: :func:`output_laws`).
 
     Raises:
       InvalidParameterError: If epsilon is not finite and > 0 or the sensitivity is not finite.
 
     """
     eps = check_positive("epsilon", epsilon)
-    return NoisePair("laplace", 1.0 / eps, tuple(check_vector("sensitivity", sensitivity)))
+    return _additive_pair(mech.LaplaceMechanism, {"epsilon": eps}, sensitivity)
 
 
 def gaussian_pair(sigma: float, sensitivity: float | Sequence[float] = 1.0) -> NoisePair:
@@ -226,14 +228,15 @@ def gaussian_pair(sigma: float, sensitivity: float | Sequence[float] = 1.0) -> N
       sensitivity: The shift v, a number (d = 1) or a vector.
 
     Returns:
-      The pair.
+      A :class:`~cbdp_jax.mechanisms.NeighbouringPair` (the one pair type: ``estimate`` takes it too;
+      its laws for quadrature: :func:`output_laws`).
 
     Raises:
       InvalidParameterError: If sigma is not finite and > 0 or the sensitivity is not finite.
 
     """
     s = check_positive("sigma", sigma)
-    return NoisePair("gaussian", s, tuple(check_vector("sensitivity", sensitivity)))
+    return _additive_pair(mech.GaussianMechanism, {"sigma": s}, sensitivity)
 
 
 def subsampled_gaussian_pair(
@@ -255,7 +258,8 @@ def subsampled_gaussian_pair(
       direction: ``'remove'`` or ``'add'``.
 
     Returns:
-      The pair (family ``'subsampled_gaussian'``).
+      A :class:`~cbdp_jax.mechanisms.NeighbouringPair` of a ``SubsampledGaussianMechanism`` (its
+      laws: :func:`output_laws`, family ``'subsampled_gaussian'``).
 
     Raises:
       InvalidParameterError: If sigma is not finite and > 0, q is outside (0, 1], the sensitivity is
@@ -267,12 +271,17 @@ def subsampled_gaussian_pair(
 
     """
     s = check_positive("sigma", sigma)
-    return NoisePair(
-        "subsampled_gaussian",
-        s,
-        tuple(check_vector("sensitivity", sensitivity)),
-        sampling_rate,
-        direction,
+    v = tuple(float(x) for x in check_vector("sensitivity", sensitivity))
+    check_choice("direction", direction, DIRECTIONS)
+    mechanism = mech.SubsampledGaussianMechanism(
+        sigma=s,
+        sampling_rate=sampling_rate,
+        sensitivity=tuple(abs(x) for x in v),
+        direction=direction,
+    )
+    one, none = np.asarray(v, np.float64)[None, :], np.zeros((0, len(v)))
+    return mech.NeighbouringPair(
+        mechanism, *((one, none) if direction == "remove" else (none, one))
     )
 
 
@@ -283,17 +292,20 @@ def point_mass_pair(shift: float | Sequence[float] = 1.0) -> NoisePair:
       shift: The change v of the released value, a number or a vector.
 
     Returns:
-      The pair (family ``'point_mass'``).
+      A :class:`~cbdp_jax.mechanisms.NeighbouringPair` of a ``NonPrivateRelease`` (its laws:
+      :func:`output_laws`, family ``'point_mass'``).
 
     Raises:
       InvalidParameterError: If the shift is not finite.
 
     """
-    return NoisePair("point_mass", 0.0, tuple(check_vector("shift", shift)))
+    v = tuple(float(x) for x in check_vector("shift", shift))
+    mechanism = mech.NonPrivateRelease(sensitivity=tuple(abs(x) for x in v))
+    return mech.NeighbouringPair(mechanism, np.zeros(len(v)), np.asarray(v, np.float64))
 
 
 def noise_pair_from(mechanism: Any) -> NoisePair:
-    """The canonical pair of a mechanism object, read duck-typed from its attributes.
+    """The laws of a mechanism's canonical pair, read duck-typed from its attributes.
 
     Laplace / Gaussian mechanisms are recognised by ``family`` (``'laplace'`` / ``'gaussian'``),
     ``noise_scale`` (1/eps or sigma) and ``sensitivity`` (a tuple of floats); a non-private release by
@@ -317,10 +329,14 @@ def noise_pair_from(mechanism: Any) -> NoisePair:
             _fail("mechanism", mechanism, "must have a noise_scale attribute")
         return NoisePair(family, float(scale), tuple(sens))
     if family == "nonprivate" and sens is not None:
-        return point_mass_pair(sens)
+        return NoisePair("point_mass", 0.0, tuple(check_vector("shift", sens)))
     if family == "subsampled_gaussian" and sens is not None:
-        return subsampled_gaussian_pair(
-            float(mechanism.sigma), float(mechanism.sampling_rate), tuple(sens), mechanism.direction
+        return NoisePair(
+            "subsampled_gaussian",
+            check_positive("sigma", mechanism.sigma),
+            tuple(check_vector("sensitivity", sens)),
+            float(mechanism.sampling_rate),
+            mechanism.direction,
         )
     raise InvalidParameterError(
         f"mechanism={mechanism!r} is invalid: must be a Laplace, Gaussian or non-private mechanism "
@@ -329,15 +345,91 @@ def noise_pair_from(mechanism: Any) -> NoisePair:
     )
 
 
-def _as_pair(pair: Any) -> NoisePair:
+def _additive_pair(cls, noise: dict, sensitivity) -> mech.NeighbouringPair:
+    """The pair M(0) against M(v) of an additive-noise mechanism (v may have negative entries)."""
+    v = tuple(float(x) for x in check_vector("sensitivity", sensitivity))
+    mechanism = cls(**noise, sensitivity=tuple(abs(x) for x in v))
+    return mech.NeighbouringPair(mechanism, np.zeros(len(v)), np.asarray(v, np.float64))
+
+
+def output_laws(pair: Any) -> NoisePair:
+    """The closed-form description of a pair's two output laws, which the exact layer integrates.
+
+    The one pair type of the library is :class:`~cbdp_jax.mechanisms.NeighbouringPair` (what
+    :func:`laplace_pair` and the other constructors here return, what ``estimate`` and the sweep
+    take). The exact layer reads its laws from it: for Laplace and Gaussian mechanisms (and
+    non-private releases) P and Q are the noise law centred at the query answers f(D) and f(D'),
+    and every class here is closed under translation, so only the shift v = f(D') - f(D) matters;
+    for the subsampled Gaussian the pair must be one record against none (the canonical pair, either
+    direction). A mechanism object stands for its canonical pair; a :class:`NoisePair` passes through.
+
+    Raises:
+      InvalidParameterError: A mechanism without closed-form laws here, a batched noise parameter, or
+        a subsampled-Gaussian pair that is not one record against none.
+
+    """
     if isinstance(pair, NoisePair):
         return pair
+    if isinstance(pair, mech.NeighbouringPair):
+        return _laws_of(pair)
     if hasattr(pair, "family") and hasattr(pair, "sensitivity"):
         return noise_pair_from(pair)
     raise InvalidParameterError(
-        f"pair={pair!r} is invalid: must be a NoisePair (laplace_pair, gaussian_pair, point_mass_pair) "
-        "or a Laplace / Gaussian / non-private mechanism"
+        f"pair={pair!r} is invalid: must be a NeighbouringPair (laplace_pair, gaussian_pair, "
+        "subsampled_gaussian_pair, point_mass_pair, mechanisms.canonical_pair) or a Laplace / "
+        "Gaussian / subsampled Gaussian / non-private mechanism"
     )
+
+
+def _laws_of(pair: mech.NeighbouringPair) -> NoisePair:
+    m = pair.mechanism
+    if isinstance(m, mech.SubsampledGaussianMechanism):
+        return _subsampled_laws(pair, m)
+    if not isinstance(m, (mech.LaplaceMechanism, mech.GaussianMechanism, mech.NonPrivateRelease)):
+        _fail(
+            "pair",
+            m.label,
+            "has no closed-form output laws in the exact layer (Laplace, Gaussian, subsampled "
+            "Gaussian and non-private releases only); estimate it from samples instead",
+        )
+    scale = np.asarray(m.noise_scale, np.float64)
+    if scale.ndim != 0:
+        _fail("pair", m.label, "has a batched noise parameter; the exact layer takes one value")
+    # The query answers in float64 (a scoped 64-bit JAX: a shift such as 0.1 must not round to float32).
+    with jax.enable_x64(True):
+        f_d, f_d2 = (
+            np.asarray(mech._answer_vector(d, m.query, m.dim, np.float64), np.float64)
+            for d in (pair.dataset, pair.neighbour)
+        )
+    shift = tuple(float(x) for x in f_d2 - f_d)
+    if isinstance(m, mech.NonPrivateRelease):
+        return NoisePair("point_mass", 0.0, shift)
+    return NoisePair(m.family, float(scale), shift)
+
+
+def _subsampled_laws(pair: mech.NeighbouringPair, m) -> NoisePair:
+    rows = [np.asarray(d, np.float64).reshape(-1, m.dim) for d in (pair.dataset, pair.neighbour)]
+    sizes = tuple(r.shape[0] for r in rows)
+    if sorted(sizes) != [0, 1]:
+        _fail(
+            "pair",
+            m.label,
+            f"has datasets of {sizes[0]} and {sizes[1]} records; the exact layer needs one record "
+            "against none (canonical_pair, or subsampled_gaussian_pair)",
+        )
+    direction = "remove" if sizes[0] == 1 else "add"
+    record = rows[0][0] if sizes[0] == 1 else rows[1][0]
+    return NoisePair(
+        "subsampled_gaussian",
+        float(m.sigma),
+        tuple(float(x) for x in record),
+        m.sampling_rate,
+        direction,
+    )
+
+
+def _as_pair(pair: Any) -> NoisePair:
+    return output_laws(pair)
 
 
 # --------------------------------------------------------------------------------------------------

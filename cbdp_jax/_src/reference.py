@@ -85,7 +85,7 @@ def reference_for(
     pair = _pair(mechanism, params)
     if pair is None:
         return None
-    dim = len(pair.shift)
+    dim = pair.dim
     exact_class = spec.bound is None and (
         spec.name == "linear" and spec.feature_map is None or spec.name == "poly" and dim == 1
     )

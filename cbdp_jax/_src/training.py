@@ -63,8 +63,18 @@ def init_ensemble(keys: jax.Array, trainer: Trainer, x_reference, learning_rate=
 
     ``learning_rate`` (the default optimiser's step size) may be set for every member at once.
     """
-    states = jax.vmap(trainer.init, in_axes=(0, None))(keys, x_reference)
     if learning_rate is None or not trainer.default_optimizer:
+        return _init_program(keys, x_reference, None, trainer=trainer)
+    return _init_program(
+        keys, x_reference, jnp.asarray(learning_rate, jnp.float32), trainer=trainer
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("trainer",))
+def _init_program(keys, x_reference, learning_rate, *, trainer: Trainer) -> TrainState:
+    """The compiled initialisation (one program, not one per operation of the module's constructor)."""
+    states = jax.vmap(trainer.init, in_axes=(0, None))(keys, x_reference)
+    if learning_rate is None:
         return states
     lr = jnp.full((keys.shape[0],), learning_rate, jnp.float32)
     return states._replace(opt_state=set_learning_rate(states.opt_state, lr))

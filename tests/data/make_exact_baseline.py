@@ -41,8 +41,8 @@ def main() -> None:
                 rows.append(
                     {
                         "pair": label,
-                        "family": pair.family,
-                        "scale": pair.scale,
+                        "family": exact.output_laws(pair).family,
+                        "scale": exact.output_laws(pair).scale,
                         "divergence": div,
                         "alpha": alpha,
                         "degree": k,

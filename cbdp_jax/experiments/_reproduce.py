@@ -22,6 +22,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
@@ -266,10 +267,37 @@ def reproduce(
     top = UnitStore(out / ".units" / f"reproduce-{mode}")
     plans = [_plan(n, quick, out, top) for n in names]
     estimate = sum(p.estimate for p in plans)
+    progress = _Progress(estimate, quick, stream)
+    _announce(name, mode, out, plans, processes, progress.say)
+    tally = _Tally()
+    for plan in plans:
+        summary = _run_plan(plan, top, out, quick, processes, progress, tally)
+        if summary is not None:
+            tally.add(plan.name, summary, progress.say)
+            progress.say(f"[{plan.name}] {summary.get('seconds', 0.0):.1f} s -> {out}")
+    outcome = Outcome(
+        failures=tally.failures,
+        findings=tally.findings,
+        errors=tally.errors,
+        passed=tally.passed,
+        paper_holds=tally.paper_holds,
+        computed=progress.counts["computed"],
+        reused=progress.counts["reused"],
+        stale=progress.counts["stale"],
+        estimated_seconds=estimate,
+        seconds=progress.elapsed(),
+    )
+    print_summary(name, mode, outcome, progress.say)
+    return outcome
+
+
+def _announce(
+    name: str, mode: str, out: Path, plans: list[_Plan], processes: int, say: Callable[[str], None]
+) -> None:
+    """The run's first lines: its units of work and the estimated run time."""
+    estimate = sum(p.estimate for p in plans)
     n_units = sum(len(p.units) for p in plans)
     n_todo = sum(len(p.todo) for p in plans)
-    progress = _Progress(estimate, quick, stream)
-    say = progress.say
     say(
         f"cbdp reproduce {name} ({mode}) into {out}: {len(plans)} experiments, {n_units} units of "
         f"work, {n_units - n_todo} done earlier, {n_todo} to run."
@@ -284,53 +312,61 @@ def reproduce(
         )
         + ". The ETA after each unit rescales it by this run's own speed."
     )
-    failures, findings, errors = [], [], []
-    passed = paper_holds = 0
-    for plan in plans:
-        desc = EXPERIMENTS[plan.name][1]
-        if plan.done:
-            say(f"== {plan.name}: {desc} (done earlier, skipped)")
-            progress.counts["reused"] += len(plan.units)
-        else:
-            say(
-                f"== {plan.name}: {desc} [{len(plan.todo)} of {len(plan.units)} units to run, "
-                f"about {duration(plan.estimate)}]"
-            )
-        try:
-            summary = top.run(
-                [plan.name],
-                lambda _uid, p=plan: _run_one(p, out, quick, processes, progress),
-                configs={plan.name: plan.config},
-            )[0]
-        except Exception as exc:  # keep going: one broken experiment must not lose the others
-            errors.append((plan.name, f"{type(exc).__name__}: {exc}"))
-            say(f"[{plan.name}] ERROR: {type(exc).__name__}: {exc}")
-            continue
+
+
+@dataclasses.dataclass
+class _Tally:
+    """The checks and errors of a run so far, sorted by kind."""
+
+    failures: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    findings: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    errors: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    passed: int = 0
+    paper_holds: int = 0
+
+    def add(self, experiment: str, summary: dict, say: Callable[[str], None]) -> None:
+        """Prints an experiment's checks and counts each by kind and verdict."""
         for c in summary.get("checks", []):
-            say(check_line(plan.name, c))
+            say(check_line(experiment, c))
             if is_failure(c):
-                failures.append((plan.name, c))
+                self.failures.append((experiment, c))
             elif is_finding(c):
-                findings.append((plan.name, c))
+                self.findings.append((experiment, c))
             elif c.get("kind") == "paper":
-                paper_holds += 1
+                self.paper_holds += 1
             else:
-                passed += 1
-        say(f"[{plan.name}] {summary.get('seconds', 0.0):.1f} s -> {out}")
-    outcome = Outcome(
-        failures=failures,
-        findings=findings,
-        errors=errors,
-        passed=passed,
-        paper_holds=paper_holds,
-        computed=progress.counts["computed"],
-        reused=progress.counts["reused"],
-        stale=progress.counts["stale"],
-        estimated_seconds=estimate,
-        seconds=progress.elapsed(),
-    )
-    print_summary(name, mode, outcome, say)
-    return outcome
+                self.passed += 1
+
+
+def _run_plan(
+    plan: _Plan,
+    top: UnitStore,
+    out: Path,
+    quick: bool,
+    processes: int,
+    progress: _Progress,
+    tally: _Tally,
+) -> dict | None:
+    """Announces and runs (or reuses) one experiment; None if it raised (the error is tallied)."""
+    desc = EXPERIMENTS[plan.name][1]
+    if plan.done:
+        progress.say(f"== {plan.name}: {desc} (done earlier, skipped)")
+        progress.counts["reused"] += len(plan.units)
+    else:
+        progress.say(
+            f"== {plan.name}: {desc} [{len(plan.todo)} of {len(plan.units)} units to run, "
+            f"about {duration(plan.estimate)}]"
+        )
+    try:
+        return top.run(
+            [plan.name],
+            lambda _uid, p=plan: _run_one(p, out, quick, processes, progress),
+            configs={plan.name: plan.config},
+        )[0]
+    except Exception as exc:  # keep going: one broken experiment must not lose the others
+        tally.errors.append((plan.name, f"{type(exc).__name__}: {exc}"))
+        progress.say(f"[{plan.name}] ERROR: {type(exc).__name__}: {exc}")
+        return None
 
 
 def print_summary(name: str, mode: str, outcome: Outcome, say) -> None:

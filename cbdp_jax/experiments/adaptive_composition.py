@@ -126,18 +126,36 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks`` and ``finding``.
 
     """
-    from cbdp_jax.estimator import estimate
-
     plt = pyplot()
     config = estimator_config(quick, full_steps=3000)
+    samples = 20_000 if quick else 400_000
+    with Timer() as timer:
+        rows = _rows(quick, config, samples)
+    checks = _checks(rows)
+    finding = _finding(rows)
+    checks.append(check("finding recorded (reported either way)", True, finding))
+    fig = _figure(plt, rows)
+    summary = {
+        "checks": checks,
+        "finding": finding,
+        "quick": quick,
+        "samples": samples,
+        "config": budget_summary(config),
+        "seconds": timer.seconds,
+    }
+    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+
+
+def _rows(quick: bool, config: Any, samples: int) -> list[dict[str, Any]]:
+    """Every joint estimate beside the sum of its per-step values, one row each."""
+    from cbdp_jax.estimator import estimate
+
     horizons = (2,) if quick else (2, 3)
     directions = ("remove",) if quick else ("remove", "add")
     settings = (("kl", None),) if quick else (("kl", None), ("renyi", 2.0))
-    samples = 20_000 if quick else 400_000
     key = jax.random.key(2024_1113)
     counter = 0
     rows: list[dict[str, Any]] = []
-    checks: list[dict[str, Any]] = []
 
     def run_estimate(pair, adversary: str, divergence: str, alpha: float | None):
         nonlocal counter
@@ -154,66 +172,78 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             **opts,
         )
 
-    with Timer() as timer:
-        for direction in directions:
-            for divergence, alpha in settings:
-                step_poly = _step_exact(divergence, alpha, direction)
-                step_mlp = run_estimate(_pair(1, False, direction), "mlp", divergence, alpha)
-                for steps in horizons:
-                    for adversary in ("poly", "mlp"):
-                        for adaptive in (True, False):
-                            res = run_estimate(
-                                _pair(steps, adaptive, direction), adversary, divergence, alpha
-                            )
-                            if adversary == "poly":
-                                total, total_se = steps * step_poly, 0.0
-                            else:
-                                total, total_se = (
-                                    steps * step_mlp.estimate,
-                                    steps * step_mlp.std_error,
-                                )
-                            se = math.hypot(res.std_error, total_se)
-                            excess = res.estimate - total
-                            rows.append(
-                                {
-                                    "direction": direction,
-                                    "divergence": res.divergence,
-                                    "class": "additive poly_2"
-                                    if adversary == "poly"
-                                    else "joint MLP 64x2",
-                                    "steps": steps,
-                                    "release": "adaptive" if adaptive else "non-adaptive",
-                                    "joint_estimate": res.estimate,
-                                    "joint_se": res.std_error,
-                                    "joint_lower_bound": res.lower_bound,
-                                    "sum_of_steps": total,
-                                    "sum_se": total_se,
-                                    "sum_kind": "exact" if adversary == "poly" else "estimated",
-                                    "excess": excess,
-                                    "excess_se": se,
-                                    "z": excess / se if se > 0 else math.inf,
-                                    "warnings": " | ".join(res.warnings),
-                                }
-                            )
+    for direction in directions:
+        for divergence, alpha in settings:
+            step_poly = _step_exact(divergence, alpha, direction)
+            step_mlp = run_estimate(_pair(1, False, direction), "mlp", divergence, alpha)
+            for steps in horizons:
+                for adversary in ("poly", "mlp"):
+                    for adaptive in (True, False):
+                        res = run_estimate(
+                            _pair(steps, adaptive, direction), adversary, divergence, alpha
+                        )
+                        if adversary == "poly":
+                            total, total_se = steps * step_poly, 0.0
+                        else:
+                            total, total_se = steps * step_mlp.estimate, steps * step_mlp.std_error
+                        rows.append(
+                            _row(res, direction, adversary, steps, adaptive, total, total_se)
+                        )
+    return rows
 
-    # The provable case: additive class, KL, 'remove' -> the joint value cannot exceed the sum.
-    for r in rows:
-        if (
-            r["class"].startswith("additive")
-            and r["divergence"] == "KL"
-            and r["direction"] == "remove"
-        ):
-            checks.append(
-                check(
-                    f"KL, additive poly_2, 'remove', T = {r['steps']}, {r['release']}: the joint estimate "
-                    "does not exceed the exact sum by more than 3 SE (the bound provably holds here)",
-                    r["excess"] <= 3 * r["excess_se"],
-                    f"joint {r['joint_estimate']:.5f} +- {r['joint_se']:.5f} vs sum {r['sum_of_steps']:.5f}",
-                )
-            )
+
+def _row(
+    res: Any,
+    direction: str,
+    adversary: str,
+    steps: int,
+    adaptive: bool,
+    total: float,
+    total_se: float,
+) -> dict[str, Any]:
+    """One joint estimate against the sum of the per-step values, with the excess and its z-score."""
+    se = math.hypot(res.std_error, total_se)
+    excess = res.estimate - total
+    return {
+        "direction": direction,
+        "divergence": res.divergence,
+        "class": "additive poly_2" if adversary == "poly" else "joint MLP 64x2",
+        "steps": steps,
+        "release": "adaptive" if adaptive else "non-adaptive",
+        "joint_estimate": res.estimate,
+        "joint_se": res.std_error,
+        "joint_lower_bound": res.lower_bound,
+        "sum_of_steps": total,
+        "sum_se": total_se,
+        "sum_kind": "exact" if adversary == "poly" else "estimated",
+        "excess": excess,
+        "excess_se": se,
+        "z": excess / se if se > 0 else math.inf,
+        "warnings": " | ".join(res.warnings),
+    }
+
+
+def _checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The provable case: additive class, KL, 'remove' -> the joint value cannot exceed the sum."""
+    return [
+        check(
+            f"KL, additive poly_2, 'remove', T = {r['steps']}, {r['release']}: the joint estimate "
+            "does not exceed the exact sum by more than 3 SE (the bound provably holds here)",
+            r["excess"] <= 3 * r["excess_se"],
+            f"joint {r['joint_estimate']:.5f} +- {r['joint_se']:.5f} vs sum {r['sum_of_steps']:.5f}",
+        )
+        for r in rows
+        if r["class"].startswith("additive")
+        and r["divergence"] == "KL"
+        and r["direction"] == "remove"
+    ]
+
+
+def _finding(rows: list[dict[str, Any]]) -> str:
+    """How many adaptive cases (and non-adaptive controls) exceed the sum by more than 3 SE."""
     adaptive_exceed = [r for r in rows if r["release"] == "adaptive" and r["z"] > 3]
     control_exceed = [r for r in rows if r["release"] == "non-adaptive" and r["z"] > 3]
-    finding = (
+    return (
         f"{len(adaptive_exceed)} of {sum(r['release'] == 'adaptive' for r in rows)} adaptive cases exceed "
         "the sum of per-step values by more than 3 SE"
         + (
@@ -238,8 +268,10 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             else ""
         )
     )
-    checks.append(check("finding recorded (reported either way)", True, finding))
 
+
+def _figure(plt: Any, rows: list[dict[str, Any]]) -> Any:
+    """The excess of each joint estimate over the sum, adaptive in blue, controls in grey."""
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(rows)), 4.2))
     xs = np.arange(len(rows))
     colors = ["C0" if r["release"] == "adaptive" else "C7" for r in rows]
@@ -264,12 +296,4 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
         f"Adaptive (blue) vs non-adaptive (grey) composition, subsampled Gaussian q={Q_RATE}, sigma={SIGMA}"
     )
     fig.tight_layout()
-    summary = {
-        "checks": checks,
-        "finding": finding,
-        "quick": quick,
-        "samples": samples,
-        "config": budget_summary(config),
-        "seconds": timer.seconds,
-    }
-    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+    return fig

@@ -60,8 +60,6 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
       The summary with its ``checks``.
 
     """
-    from cbdp_jax.calibration import calibrate
-
     plt = pyplot()
     targets = (0.25, 1.0, 4.0) if quick else (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
     # Panel (b) stops at 2: the linear Renyi value of 1000 subsampled steps reaches 4 only below
@@ -71,50 +69,93 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     horizons = (100,) if quick else (100, 1000, 10000)
     panel_b = dict(sampling_rate=0.01, steps=100 if quick else 1000)
     rows: list[dict[str, Any]] = []
-    checks: list[dict[str, Any]] = []
     with Timer() as timer:
-        curves_a = {}
-        for adv, deg in GAUSSIAN_CLASSES:
-            res = [calibrate("gaussian", t, adv, "renyi", alpha=4.0, degree=deg) for t in targets]
-            curves_a[_label(adv, deg)] = res
-            rows += [_row(r, "a") for r in res]
-        curves_b = {}
-        for key, adv, deg, div, alpha in (
-            ("linear, Renyi 8", "linear", 1, "renyi", 8.0),
-            ("unrestricted, Renyi 8", "unrestricted", 1, "renyi", 8.0),
-            ("linear, KL", "linear", 1, "kl", None),
-            ("quadratic, KL", "poly", 2, "kl", None),
-            ("unrestricted, KL", "unrestricted", 1, "kl", None),
-        ):
-            res = [
-                calibrate("subsampled_gaussian", t, adv, div, alpha=alpha, degree=deg, **panel_b)
-                for t in targets_b
-            ]
-            curves_b[key] = res
-            rows += [_row(r, "b") for r in res]
-        table = []
-        for q in rates:
-            for steps in horizons:
-                kw = dict(sampling_rate=q, steps=steps)
-                lin8 = calibrate("subsampled_gaussian", 1.0, "linear", "renyi", alpha=8.0, **kw)
-                linkl = calibrate("subsampled_gaussian", 0.5, "linear", "kl", **kw)
-                quadkl = calibrate("subsampled_gaussian", 0.5, "poly", "kl", degree=2, **kw)
-                for r in (lin8, linkl, quadkl):
-                    rows.append(_row(r, "table"))
-                table.append(
-                    {
-                        "q": q,
-                        "T": steps,
-                        "renyi8_unrestricted_sigma": lin8.unrestricted_noise,
-                        "renyi8_linear_sigma": lin8.noise,
-                        "renyi8_linear_saved": lin8.noise_saved,
-                        "kl_unrestricted_sigma": linkl.unrestricted_noise,
-                        "kl_linear_sigma": linkl.noise,
-                        "kl_quadratic_sigma": quadkl.noise,
-                        "kl_quadratic_saved": quadkl.noise_saved,
-                    }
-                )
+        curves_a = _curves_a(targets, rows)
+        curves_b = _curves_b(targets_b, panel_b, rows)
+        table = _dp_sgd_table(rates, horizons, rows)
+    checks = _checks(rows, targets, curves_a)
+    fig = _figure(plt, targets, curves_a, targets_b, curves_b, panel_b)
+    summary = {
+        "checks": checks,
+        "quick": quick,
+        "seconds": timer.seconds,
+        "dp_sgd_table": table,
+        "note": "the saving holds only if the adversary is in the stated class (an assumption)",
+    }
+    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
 
+
+def _curves_a(targets: tuple[float, ...], rows: list[dict[str, Any]]) -> dict[str, list]:
+    """Panel (a): the Gaussian mechanism's noise per class and target (rows appended)."""
+    from cbdp_jax.calibration import calibrate
+
+    curves_a = {}
+    for adv, deg in GAUSSIAN_CLASSES:
+        res = [calibrate("gaussian", t, adv, "renyi", alpha=4.0, degree=deg) for t in targets]
+        curves_a[_label(adv, deg)] = res
+        rows += [_row(r, "a") for r in res]
+    return curves_a
+
+
+def _curves_b(
+    targets_b: tuple[float, ...], panel_b: dict[str, Any], rows: list[dict[str, Any]]
+) -> dict[str, list]:
+    """Panel (b): DP-SGD's noise multiplier per class, divergence and target (rows appended)."""
+    from cbdp_jax.calibration import calibrate
+
+    curves_b = {}
+    for key, adv, deg, div, alpha in (
+        ("linear, Renyi 8", "linear", 1, "renyi", 8.0),
+        ("unrestricted, Renyi 8", "unrestricted", 1, "renyi", 8.0),
+        ("linear, KL", "linear", 1, "kl", None),
+        ("quadratic, KL", "poly", 2, "kl", None),
+        ("unrestricted, KL", "unrestricted", 1, "kl", None),
+    ):
+        res = [
+            calibrate("subsampled_gaussian", t, adv, div, alpha=alpha, degree=deg, **panel_b)
+            for t in targets_b
+        ]
+        curves_b[key] = res
+        rows += [_row(r, "b") for r in res]
+    return curves_b
+
+
+def _dp_sgd_table(
+    rates: tuple[float, ...], horizons: tuple[int, ...], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The DP-SGD table: noise needed per (q, T), linear and quadratic vs unrestricted."""
+    from cbdp_jax.calibration import calibrate
+
+    table = []
+    for q in rates:
+        for steps in horizons:
+            kw = dict(sampling_rate=q, steps=steps)
+            lin8 = calibrate("subsampled_gaussian", 1.0, "linear", "renyi", alpha=8.0, **kw)
+            linkl = calibrate("subsampled_gaussian", 0.5, "linear", "kl", **kw)
+            quadkl = calibrate("subsampled_gaussian", 0.5, "poly", "kl", degree=2, **kw)
+            for r in (lin8, linkl, quadkl):
+                rows.append(_row(r, "table"))
+            table.append(
+                {
+                    "q": q,
+                    "T": steps,
+                    "renyi8_unrestricted_sigma": lin8.unrestricted_noise,
+                    "renyi8_linear_sigma": lin8.noise,
+                    "renyi8_linear_saved": lin8.noise_saved,
+                    "kl_unrestricted_sigma": linkl.unrestricted_noise,
+                    "kl_linear_sigma": linkl.noise,
+                    "kl_quadratic_sigma": quadkl.noise,
+                    "kl_quadratic_saved": quadkl.noise_saved,
+                }
+            )
+    return table
+
+
+def _checks(
+    rows: list[dict[str, Any]], targets: tuple[float, ...], curves_a: dict[str, list]
+) -> list[dict[str, Any]]:
+    """Round trips, the order of the classes in (a), restricted at most unrestricted."""
+    checks: list[dict[str, Any]] = []
     worst = max(r["round_trip_error"] for r in rows)
     checks.append(
         check(
@@ -151,7 +192,18 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
             f"{sum(r['noise'] <= r['unrestricted_noise'] * (1 + 1e-9) for r in rows)} of {len(rows)}",
         )
     )
+    return checks
 
+
+def _figure(
+    plt: Any,
+    targets: tuple[float, ...],
+    curves_a: dict[str, list],
+    targets_b: tuple[float, ...],
+    curves_b: dict[str, list],
+    panel_b: dict[str, Any],
+) -> Any:
+    """Both panels: noise needed against the target loss, per class."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for key, res in curves_a.items():
         axes[0].plot(targets, [r.noise for r in res], "o-", label=key)
@@ -172,12 +224,4 @@ def run(out_dir: str | Path, *, quick: bool = False) -> dict:
     axes[1].legend(fontsize=8)
     fig.suptitle("Noise needed against a capacity-bounded adversary (exact values)")
     fig.tight_layout()
-
-    summary = {
-        "checks": checks,
-        "quick": quick,
-        "seconds": timer.seconds,
-        "dp_sgd_table": table,
-        "note": "the saving holds only if the adversary is in the stated class (an assumption)",
-    }
-    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+    return fig

@@ -209,75 +209,110 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
 
     with Timer() as timer:
         for case in cases:
-            (f1, p1), (f2, p2) = case
-            m1, pair1 = _component(f1, p1)
-            m2, pair2 = _component(f2, p2)
-            case_label = f"{m1.label} + {m2.label}"
             for div, alpha, degree in settings:
-                cls = "linear" if degree == 1 else f"poly_{degree}"
-                eps1 = _exact(pair1, div, degree, alpha)
-                eps2 = _exact(pair2, div, degree, alpha)
-                joint_ex = _joint_exact(case, div, degree, alpha)
-                div_label = "KL" if div == "kl" else f"Renyi(alpha={alpha:g})"
-                entry = {"case": case_label, "class": cls, "divergence": div_label,
-                         "eps1": eps1, "eps2": eps2, "joint_exact": joint_ex, "results": {}}  # fmt: skip
+                entry = _entry(case, div, alpha, degree, results)
                 for kind in RELEASES:
-                    res = StoredEstimate.from_dict(
-                        results[_unit_id(case, div, alpha, degree, kind)]
-                    )
-                    entry["results"][kind] = res
-                    sequential = kind.startswith("sequential")
-                    bound = eps1 + eps2 if sequential else max(eps1, eps2)
-                    rows.append(
-                        {
-                            "case": case_label,
-                            "release": kind,
-                            "class": res.adversary,
-                            "divergence": res.divergence,
-                            "estimate": res.estimate,
-                            "lower_bound": res.lower_bound,
-                            "std_error": res.std_error,
-                            "bound_reliable": getattr(res, "bound_reliable", True),
-                            "eps1_exact": eps1,
-                            "eps2_exact": eps2,
-                            "bound": bound,
-                            "bound_kind": "eps1 + eps2" if sequential else "max(eps1, eps2)",
-                            "joint_exact": joint_ex if sequential else None,
-                            "warnings": " | ".join(res.warnings),
-                        }
-                    )
-                    thm = "Thm 4 (sequential)" if sequential else "Thm 3 (parallel)"
-                    # The estimator's family-wise bound (the trivial 0 when refused).
-                    lb_fw = res.lower_bound
-                    checks.append(
-                        check(
-                            f"{thm}, {case_label}, ({cls}, {div_label}), {kind}: family-wise lower "
-                            "bound <= " + ("eps1 + eps2" if sequential else "max(eps1, eps2)"),
-                            lb_fw <= bound,
-                            f"family-wise {1 - 0.05 / n_compare:.4f} lower bound {lb_fw:.4f} "
-                            f"(estimate {res.estimate:.4f} +- {res.std_error:.4f}, "
-                            f"{res.guarantee}) <= {bound:.4f} (eps1 = {eps1:.4f}, eps2 = "
-                            f"{eps2:.4f}, exact)",
-                        )
-                    )
-                if joint_ex is not None:
-                    tight = div == "kl"
-                    holds = (
-                        abs(joint_ex - (eps1 + eps2)) <= 1e-6
-                        if tight
-                        else joint_ex <= eps1 + eps2 + 1e-9
-                    )
-                    checks.append(
-                        check(
-                            f"Thm 4 on exact values, {case_label}, ({cls}, {div_label}): joint "
-                            + ("= eps1 + eps2 (DV separates)" if tight else "<= eps1 + eps2"),
-                            holds,
-                            f"exact joint {joint_ex:.6f}, eps1 + eps2 = {eps1 + eps2:.6f}",
-                        )
-                    )
+                    rows.append(_row(entry, kind))
+                    checks.append(_release_check(entry, kind, n_compare))
+                if entry["joint_exact"] is not None:
+                    checks.append(_joint_check(entry, div))
                 plot.append(entry)
 
-    # ---------------- figure ----------------
+    fig = _figure(plt, plot, z)
+    summary = {
+        "checks": checks,
+        "quick": quick,
+        "samples": samples,
+        "config": budget_summary(config),
+        "seconds": seconds + timer.seconds,
+        "note": "additive network classes are not expressible with AdversarySpec; linear and "
+        "per-coordinate polynomial classes are additive",
+    }
+    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+
+
+def _entry(case, div: str, alpha: float | None, degree: int, results: dict) -> dict[str, Any]:
+    """One (case, setting): the components' exact values, the exact joint value, the three estimates."""
+    (f1, p1), (f2, p2) = case
+    m1, pair1 = _component(f1, p1)
+    m2, pair2 = _component(f2, p2)
+    return {
+        "case": f"{m1.label} + {m2.label}",
+        "class": "linear" if degree == 1 else f"poly_{degree}",
+        "divergence": "KL" if div == "kl" else f"Renyi(alpha={alpha:g})",
+        "eps1": _exact(pair1, div, degree, alpha),
+        "eps2": _exact(pair2, div, degree, alpha),
+        "joint_exact": _joint_exact(case, div, degree, alpha),
+        "results": {
+            kind: StoredEstimate.from_dict(results[_unit_id(case, div, alpha, degree, kind)])
+            for kind in RELEASES
+        },
+    }
+
+
+def _bound(entry: dict[str, Any], kind: str) -> float:
+    """Thm 4's eps1 + eps2 for the sequential release, Thm 3's max(eps1, eps2) for a parallel one."""
+    eps1, eps2 = entry["eps1"], entry["eps2"]
+    return eps1 + eps2 if kind.startswith("sequential") else max(eps1, eps2)
+
+
+def _row(entry: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The CSV row of one release's estimate beside its bound."""
+    res = entry["results"][kind]
+    sequential = kind.startswith("sequential")
+    return {
+        "case": entry["case"],
+        "release": kind,
+        "class": res.adversary,
+        "divergence": res.divergence,
+        "estimate": res.estimate,
+        "lower_bound": res.lower_bound,
+        "std_error": res.std_error,
+        "bound_reliable": getattr(res, "bound_reliable", True),
+        "eps1_exact": entry["eps1"],
+        "eps2_exact": entry["eps2"],
+        "bound": _bound(entry, kind),
+        "bound_kind": "eps1 + eps2" if sequential else "max(eps1, eps2)",
+        "joint_exact": entry["joint_exact"] if sequential else None,
+        "warnings": " | ".join(res.warnings),
+    }
+
+
+def _release_check(entry: dict[str, Any], kind: str, n_compare: int) -> dict[str, Any]:
+    """Thm 3 or 4 for one release: the estimator's family-wise lower bound under the bound."""
+    res = entry["results"][kind]
+    sequential = kind.startswith("sequential")
+    bound = _bound(entry, kind)
+    eps1, eps2 = entry["eps1"], entry["eps2"]
+    thm = "Thm 4 (sequential)" if sequential else "Thm 3 (parallel)"
+    # The estimator's family-wise bound (the trivial 0 when refused).
+    lb_fw = res.lower_bound
+    return check(
+        f"{thm}, {entry['case']}, ({entry['class']}, {entry['divergence']}), {kind}: family-wise lower "
+        "bound <= " + ("eps1 + eps2" if sequential else "max(eps1, eps2)"),
+        lb_fw <= bound,
+        f"family-wise {1 - 0.05 / n_compare:.4f} lower bound {lb_fw:.4f} "
+        f"(estimate {res.estimate:.4f} +- {res.std_error:.4f}, "
+        f"{res.guarantee}) <= {bound:.4f} (eps1 = {eps1:.4f}, eps2 = "
+        f"{eps2:.4f}, exact)",
+    )
+
+
+def _joint_check(entry: dict[str, Any], div: str) -> dict[str, Any]:
+    """Thm 4 on exact values: the joint value equals (KL) or is at most (Renyi) eps1 + eps2."""
+    joint_ex, total = entry["joint_exact"], entry["eps1"] + entry["eps2"]
+    tight = div == "kl"
+    holds = abs(joint_ex - total) <= 1e-6 if tight else joint_ex <= total + 1e-9
+    return check(
+        f"Thm 4 on exact values, {entry['case']}, ({entry['class']}, {entry['divergence']}): joint "
+        + ("= eps1 + eps2 (DV separates)" if tight else "<= eps1 + eps2"),
+        holds,
+        f"exact joint {joint_ex:.6f}, eps1 + eps2 = {total:.6f}",
+    )
+
+
+def _figure(plt: Any, plot: list[dict[str, Any]], z: float) -> Any:
+    """Bars of the three releases' estimates per (case, setting), with both bounds and the exact joint."""
     fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(plot)), 4.2))
     kinds = list(RELEASES)
     width = 0.25
@@ -308,14 +343,4 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     ax.set_title("Composition for additive classes h1(x1) + h2(x2)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-
-    summary = {
-        "checks": checks,
-        "quick": quick,
-        "samples": samples,
-        "config": budget_summary(config),
-        "seconds": seconds + timer.seconds,
-        "note": "additive network classes are not expressible with AdversarySpec; linear and "
-        "per-coordinate polynomial classes are additive",
-    }
-    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+    return fig

@@ -279,7 +279,6 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     """Checks, figure and outputs from the units' results (``unit id -> stored estimate``)."""
     plt = pyplot()
 
-    from cbdp_jax import analytic
     from cbdp_jax.adversaries import make_adversary
 
     config = estimator_config(quick, full_steps=FULL_STEPS)
@@ -290,173 +289,18 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     # comparison is a coverage event: checks use a Bonferroni lower bound, 5% family-wise. Every
     # estimate's lower bound is one of _n_compare(quick) simultaneous bounds (Bonferroni, taken by the
     # estimator on the f-scale and then mapped, see plan): a refused bound is the trivial 0.
-
-    def lb_fw(res) -> float:
-        return res.lower_bound
-
-    def stored(uid: str) -> StoredEstimate:
-        return StoredEstimate.from_dict(results[uid])
-
     net = make_adversary("mlp", width=NET_WIDTH, depth=NET_DEPTH)
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
 
     with Timer() as timer:
-        ex_a = analytic.laplace_lin_kl(EPS_A)
-        ex_b = analytic.gaussian_lin_kl(SIGMA_B)
-        dense = np.linspace(0.0, 1.0, 101)
-        ex_curve = np.array([mixture_lin_kl(float(lam), EPS_A, SIGMA_B) for lam in dense])
-        comb_curve = dense * ex_a + (1 - dense) * ex_b
-        worst = float(np.max(ex_curve - comb_curve))
-        checks.append(
-            check(
-                "Thm 2 (exact, linear class): (lin, KL) of the mixture <= lambda-combination of the "
-                "components' exact values on a 101-point lambda grid",
-                worst <= 1e-9,
-                f"max over lambda of exact(mixture) - combination = {worst:.3g}; components "
-                f"{ex_a:.6f} (Laplace eps={EPS_A:g}), {ex_b:.6f} (Gaussian sigma={SIGMA_B:g}); "
-                f"exact mixture at lambda=0.5: {mixture_lin_kl(0.5, EPS_A, SIGMA_B):.6f}",
-            )
-        )
+        exact_kl, exact_check = _exact_kl()
+        checks.append(exact_check)
+        lin_res, net_res = _kl_estimates(lambdas, results, exact_kl, rows, checks)
+        checks += _network_checks(lambdas, net_res, net.label)
+        renyi = _renyi(StoredEstimate.from_dict(results[RENYI_UNIT]), rows, checks)
 
-        lin_res: dict[float, Any] = {}
-        net_res: dict[float, Any] = {}
-        for lam in lambdas:
-            exact_mix = mixture_lin_kl(float(lam), EPS_A, SIGMA_B)
-            kl_mix = mixture_unrestricted(float(lam), EPS_A, SIGMA_B, "kl")
-            comb = lam * ex_a + (1 - lam) * ex_b
-            if 0.0 < lam < 1.0:
-                res = stored(_unit_id("linear", lam))
-                lin_res[lam] = res
-                rows.append(
-                    result_row(
-                        res,
-                        part="KL, linear class",
-                        weight=lam,
-                        exact_mixture=exact_mix,
-                        combination_exact=comb,
-                        kl_unrestricted=kl_mix,
-                    )
-                )
-                checks.append(
-                    check(
-                        f"Thm 2, linear class, lambda={lam:g}: family-wise lower bound of the "
-                        "mixture <= lambda-combination of the exact component values",
-                        lb_fw(res) <= comb,
-                        f"lower bound {lb_fw(res):.4f} (estimate {res.estimate:.4f} +- "
-                        f"{res.std_error:.4f}; exact mixture {exact_mix:.4f}) <= combination "
-                        f"{comb:.4f}",
-                    )
-                )
-            res = stored(_unit_id("network", lam))
-            net_res[lam] = res
-            rows.append(
-                result_row(
-                    res,
-                    part="KL, network class",
-                    weight=lam,
-                    exact_mixture=None,
-                    combination_exact=None,
-                    kl_unrestricted=kl_mix,
-                )
-            )
-            checks.append(
-                check(
-                    f"network class, lambda={lam:g}: family-wise lower bound <= unrestricted KL of "
-                    "the mixture",
-                    lb_fw(res) <= kl_mix,
-                    f"{lb_fw(res):.4f} <= {kl_mix:.4f}",
-                )
-            )
-        ra, rb = net_res[1.0], net_res[0.0]
-        for lam in lambdas:
-            if not 0.0 < lam < 1.0:
-                continue
-            rm = net_res[lam]
-            comb = lam * ra.estimate + (1 - lam) * rb.estimate
-            se = math.sqrt(
-                rm.std_error**2 + (lam * ra.std_error) ** 2 + ((1 - lam) * rb.std_error) ** 2
-            )
-            checks.append(
-                check(
-                    f"Thm 2, network class {net.label}, lambda={lam:g}: estimated KL of the mixture "
-                    "<= lambda-combination of the components' estimates within 2 combined SE",
-                    rm.estimate <= comb + 2.0 * se,
-                    f"mixture {rm.estimate:.4f} +- {rm.std_error:.4f} vs combination {comb:.4f} "
-                    f"(+ 2 SE = {comb + 2 * se:.4f})",
-                )
-            )
-
-        # ---------------- Renyi is not convex ----------------
-        r_a = analytic.laplace_renyi(RENYI_ALPHA, RENYI_EPS)
-        r_b = analytic.gaussian_renyi(RENYI_ALPHA, RENYI_SIGMA)
-        lam = RENYI_WEIGHT
-        r_comb = lam * r_a + (1 - lam) * r_b
-        r_mix = mixture_unrestricted(lam, RENYI_EPS, RENYI_SIGMA, "renyi", RENYI_ALPHA)
-        lin_a = mixture_lin_renyi(1.0, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
-        lin_b = mixture_lin_renyi(0.0, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
-        lin_mix = mixture_lin_renyi(lam, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
-        lin_comb = lam * lin_a + (1 - lam) * lin_b
-        res_r = stored(RENYI_UNIT)
-        rows.append(
-            result_row(
-                res_r,
-                part=f"Renyi alpha={RENYI_ALPHA:g}, network class (non-convexity)",
-                weight=lam,
-                combination_unrestricted=r_comb,
-                renyi_unrestricted_mixture=r_mix,
-                lin_renyi_exact_mixture=lin_mix,
-                lin_renyi_exact_combination=lin_comb,
-            )
-        )
-        checks.append(
-            check(
-                f"Renyi non-convexity measured: family-wise lower bound of the network-restricted Renyi "
-                f"(alpha={RENYI_ALPHA:g}) of the mixture EXCEEDS lambda R(A) + (1-lambda) R(B) with "
-                "unrestricted (hence larger) component values",
-                lb_fw(res_r) > r_comb,
-                f"Laplace eps={RENYI_EPS:g} / Gaussian sigma={RENYI_SIGMA:g}, lambda={lam:g}: lower "
-                f"bound {lb_fw(res_r):.4f} (estimate {res_r.estimate:.4f} +- "
-                f"{res_r.std_error:.4f}) > combination {r_comb:.4f} (R(A) = {r_a:.4f}, R(B) = "
-                f"{r_b:.4f}); unrestricted Renyi of the mixture {r_mix:.4f}. Linear class, exact: "
-                f"mixture {lin_mix:.4f} vs combination {lin_comb:.4f} (convex here)",
-            )
-        )
-        checks.append(
-            check(
-                "Renyi part: family-wise lower bound <= unrestricted Renyi of the mixture (quadrature)",
-                lb_fw(res_r) <= r_mix,
-                f"{lb_fw(res_r):.4f} <= {r_mix:.4f}",
-            )
-        )
-
-    # ---------------- figure ----------------
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [2, 1]})
-    ax1.plot(dense, ex_curve, "C0-", label="(lin, KL) exact, mixture")
-    ax1.plot(dense, comb_curve, "C0:", label="(lin, KL) exact, combination")
-    lam_l = sorted(lin_res)
-    ax1.errorbar(lam_l, [lin_res[v].estimate for v in lam_l],
-                 yerr=[z * lin_res[v].std_error for v in lam_l], fmt="o", color="C0", capsize=3,
-                 label="(lin, KL) estimate")  # fmt: skip
-    lam_n = sorted(net_res)
-    ax1.errorbar(lam_n, [net_res[v].estimate for v in lam_n],
-                 yerr=[z * net_res[v].std_error for v in lam_n], fmt="s", color="C1", capsize=3,
-                 label=f"({net.label}, KL) estimate")  # fmt: skip
-    ax1.plot([0, 1], [rb.estimate, ra.estimate], "C1:", label="network: combination of estimates")
-    ax1.plot(dense, [mixture_unrestricted(float(v), EPS_A, SIGMA_B, "kl") for v in dense], "k--",
-             lw=1, label="unrestricted KL, mixture")  # fmt: skip
-    ax1.set_xlabel(f"lambda (weight of Laplace eps={EPS_A:g}; else Gaussian sigma={SIGMA_B:g})")
-    ax1.set_ylabel("KL")
-    ax1.set_title("Thm 2: restricted KL of a coin-flip mixture")
-    ax1.legend(fontsize=7)
-    labels = ["mixture\n(network est.)", "lambda-comb.\n(unrestricted)", "mixture\n(unrestricted)"]
-    ax2.bar([0], [res_r.estimate], yerr=[z * res_r.std_error], capsize=4, color="C1")
-    ax2.bar([1], [r_comb], color="0.6")
-    ax2.bar([2], [r_mix], color="0.3")
-    ax2.set_xticks([0, 1, 2], labels, fontsize=8)
-    ax2.set_title(f"Renyi (alpha={RENYI_ALPHA:g}) is not convex", fontsize=10)
-    fig.tight_layout()
-
+    fig = _figure(plt, exact_kl, lin_res, net_res, renyi, net.label, z)
     summary = {
         "checks": checks,
         "quick": quick,
@@ -466,3 +310,201 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
         "seconds": seconds + timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+
+
+def _exact_kl() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Thm 2 on exact values: (lin, KL) of the mixture over a dense lambda grid, and its check."""
+    from cbdp_jax import analytic
+
+    ex_a = analytic.laplace_lin_kl(EPS_A)
+    ex_b = analytic.gaussian_lin_kl(SIGMA_B)
+    dense = np.linspace(0.0, 1.0, 101)
+    ex_curve = np.array([mixture_lin_kl(float(lam), EPS_A, SIGMA_B) for lam in dense])
+    comb_curve = dense * ex_a + (1 - dense) * ex_b
+    worst = float(np.max(ex_curve - comb_curve))
+    curves = {"a": ex_a, "b": ex_b, "dense": dense, "mixture": ex_curve, "combination": comb_curve}
+    return curves, check(
+        "Thm 2 (exact, linear class): (lin, KL) of the mixture <= lambda-combination of the "
+        "components' exact values on a 101-point lambda grid",
+        worst <= 1e-9,
+        f"max over lambda of exact(mixture) - combination = {worst:.3g}; components "
+        f"{ex_a:.6f} (Laplace eps={EPS_A:g}), {ex_b:.6f} (Gaussian sigma={SIGMA_B:g}); "
+        f"exact mixture at lambda=0.5: {mixture_lin_kl(0.5, EPS_A, SIGMA_B):.6f}",
+    )
+
+
+def _kl_estimates(
+    lambdas: tuple[float, ...],
+    results: dict,
+    exact_kl: dict[str, Any],
+    rows: list[dict[str, Any]],
+    checks: list[dict[str, Any]],
+) -> tuple[dict[float, Any], dict[float, Any]]:
+    """The KL estimates at each lambda (rows and checks appended): linear and network class."""
+    lin_res: dict[float, Any] = {}
+    net_res: dict[float, Any] = {}
+    for lam in lambdas:
+        exact_mix = mixture_lin_kl(float(lam), EPS_A, SIGMA_B)
+        kl_mix = mixture_unrestricted(float(lam), EPS_A, SIGMA_B, "kl")
+        comb = lam * exact_kl["a"] + (1 - lam) * exact_kl["b"]
+        if 0.0 < lam < 1.0:
+            res = StoredEstimate.from_dict(results[_unit_id("linear", lam)])
+            lin_res[lam] = res
+            rows.append(
+                result_row(
+                    res,
+                    part="KL, linear class",
+                    weight=lam,
+                    exact_mixture=exact_mix,
+                    combination_exact=comb,
+                    kl_unrestricted=kl_mix,
+                )
+            )
+            checks.append(
+                check(
+                    f"Thm 2, linear class, lambda={lam:g}: family-wise lower bound of the "
+                    "mixture <= lambda-combination of the exact component values",
+                    res.lower_bound <= comb,
+                    f"lower bound {res.lower_bound:.4f} (estimate {res.estimate:.4f} +- "
+                    f"{res.std_error:.4f}; exact mixture {exact_mix:.4f}) <= combination "
+                    f"{comb:.4f}",
+                )
+            )
+        res = StoredEstimate.from_dict(results[_unit_id("network", lam)])
+        net_res[lam] = res
+        rows.append(
+            result_row(
+                res,
+                part="KL, network class",
+                weight=lam,
+                exact_mixture=None,
+                combination_exact=None,
+                kl_unrestricted=kl_mix,
+            )
+        )
+        checks.append(
+            check(
+                f"network class, lambda={lam:g}: family-wise lower bound <= unrestricted KL of "
+                "the mixture",
+                res.lower_bound <= kl_mix,
+                f"{res.lower_bound:.4f} <= {kl_mix:.4f}",
+            )
+        )
+    return lin_res, net_res
+
+
+def _network_checks(
+    lambdas: tuple[float, ...], net_res: dict[float, Any], net_label: str
+) -> list[dict[str, Any]]:
+    """Thm 2 for the network class: the mixture's estimate against the components' combination."""
+    ra, rb = net_res[1.0], net_res[0.0]
+    checks = []
+    for lam in lambdas:
+        if not 0.0 < lam < 1.0:
+            continue
+        rm = net_res[lam]
+        comb = lam * ra.estimate + (1 - lam) * rb.estimate
+        se = math.sqrt(
+            rm.std_error**2 + (lam * ra.std_error) ** 2 + ((1 - lam) * rb.std_error) ** 2
+        )
+        checks.append(
+            check(
+                f"Thm 2, network class {net_label}, lambda={lam:g}: estimated KL of the mixture "
+                "<= lambda-combination of the components' estimates within 2 combined SE",
+                rm.estimate <= comb + 2.0 * se,
+                f"mixture {rm.estimate:.4f} +- {rm.std_error:.4f} vs combination {comb:.4f} "
+                f"(+ 2 SE = {comb + 2 * se:.4f})",
+            )
+        )
+    return checks
+
+
+def _renyi(
+    res_r: StoredEstimate, rows: list[dict[str, Any]], checks: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Renyi is not convex: the network estimate against the unrestricted combination (row, checks)."""
+    from cbdp_jax import analytic
+
+    r_a = analytic.laplace_renyi(RENYI_ALPHA, RENYI_EPS)
+    r_b = analytic.gaussian_renyi(RENYI_ALPHA, RENYI_SIGMA)
+    lam = RENYI_WEIGHT
+    r_comb = lam * r_a + (1 - lam) * r_b
+    r_mix = mixture_unrestricted(lam, RENYI_EPS, RENYI_SIGMA, "renyi", RENYI_ALPHA)
+    lin_a = mixture_lin_renyi(1.0, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
+    lin_b = mixture_lin_renyi(0.0, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
+    lin_mix = mixture_lin_renyi(lam, RENYI_EPS, RENYI_SIGMA, RENYI_ALPHA)
+    lin_comb = lam * lin_a + (1 - lam) * lin_b
+    rows.append(
+        result_row(
+            res_r,
+            part=f"Renyi alpha={RENYI_ALPHA:g}, network class (non-convexity)",
+            weight=lam,
+            combination_unrestricted=r_comb,
+            renyi_unrestricted_mixture=r_mix,
+            lin_renyi_exact_mixture=lin_mix,
+            lin_renyi_exact_combination=lin_comb,
+        )
+    )
+    lb = res_r.lower_bound
+    checks.append(
+        check(
+            f"Renyi non-convexity measured: family-wise lower bound of the network-restricted Renyi "
+            f"(alpha={RENYI_ALPHA:g}) of the mixture EXCEEDS lambda R(A) + (1-lambda) R(B) with "
+            "unrestricted (hence larger) component values",
+            lb > r_comb,
+            f"Laplace eps={RENYI_EPS:g} / Gaussian sigma={RENYI_SIGMA:g}, lambda={lam:g}: lower "
+            f"bound {lb:.4f} (estimate {res_r.estimate:.4f} +- "
+            f"{res_r.std_error:.4f}) > combination {r_comb:.4f} (R(A) = {r_a:.4f}, R(B) = "
+            f"{r_b:.4f}); unrestricted Renyi of the mixture {r_mix:.4f}. Linear class, exact: "
+            f"mixture {lin_mix:.4f} vs combination {lin_comb:.4f} (convex here)",
+        )
+    )
+    checks.append(
+        check(
+            "Renyi part: family-wise lower bound <= unrestricted Renyi of the mixture (quadrature)",
+            lb <= r_mix,
+            f"{lb:.4f} <= {r_mix:.4f}",
+        )
+    )
+    return {"res": res_r, "combination": r_comb, "mixture": r_mix}
+
+
+def _figure(
+    plt: Any,
+    exact_kl: dict[str, Any],
+    lin_res: dict[float, Any],
+    net_res: dict[float, Any],
+    renyi: dict[str, Any],
+    net_label: str,
+    z: float,
+) -> Any:
+    """Left: restricted KL of the mixture over lambda. Right: the Renyi non-convexity bars."""
+    dense = exact_kl["dense"]
+    ra, rb = net_res[1.0], net_res[0.0]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5, 4.2), gridspec_kw={"width_ratios": [2, 1]})
+    ax1.plot(dense, exact_kl["mixture"], "C0-", label="(lin, KL) exact, mixture")
+    ax1.plot(dense, exact_kl["combination"], "C0:", label="(lin, KL) exact, combination")
+    lam_l = sorted(lin_res)
+    ax1.errorbar(lam_l, [lin_res[v].estimate for v in lam_l],
+                 yerr=[z * lin_res[v].std_error for v in lam_l], fmt="o", color="C0", capsize=3,
+                 label="(lin, KL) estimate")  # fmt: skip
+    lam_n = sorted(net_res)
+    ax1.errorbar(lam_n, [net_res[v].estimate for v in lam_n],
+                 yerr=[z * net_res[v].std_error for v in lam_n], fmt="s", color="C1", capsize=3,
+                 label=f"({net_label}, KL) estimate")  # fmt: skip
+    ax1.plot([0, 1], [rb.estimate, ra.estimate], "C1:", label="network: combination of estimates")
+    ax1.plot(dense, [mixture_unrestricted(float(v), EPS_A, SIGMA_B, "kl") for v in dense], "k--",
+             lw=1, label="unrestricted KL, mixture")  # fmt: skip
+    ax1.set_xlabel(f"lambda (weight of Laplace eps={EPS_A:g}; else Gaussian sigma={SIGMA_B:g})")
+    ax1.set_ylabel("KL")
+    ax1.set_title("Thm 2: restricted KL of a coin-flip mixture")
+    ax1.legend(fontsize=7)
+    labels = ["mixture\n(network est.)", "lambda-comb.\n(unrestricted)", "mixture\n(unrestricted)"]
+    res_r = renyi["res"]
+    ax2.bar([0], [res_r.estimate], yerr=[z * res_r.std_error], capsize=4, color="C1")
+    ax2.bar([1], [renyi["combination"]], color="0.6")
+    ax2.bar([2], [renyi["mixture"]], color="0.3")
+    ax2.set_xticks([0, 1, 2], labels, fontsize=8)
+    ax2.set_title(f"Renyi (alpha={RENYI_ALPHA:g}) is not convex", fontsize=10)
+    fig.tight_layout()
+    return fig

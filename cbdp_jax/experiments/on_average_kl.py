@@ -419,65 +419,13 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
             curves[ex.name] = []
             for gamma in gammas:
                 unit = results[_unit_id(ex, gamma)]
-                m = unit["moments"]
-                oakl, oakl_se = m["kl_sym"]
-                gap, gap_se = m["gap_sym"]
-                gap_mc, gap_mc_se = m["gap_mc"]
-                lin, lin_se = m["lin_sym"]
-                diff_mean, diff_se = unit["diff"]
-                row = {
-                    "example": ex.name,
-                    "gamma": gamma,
-                    "dp_epsilon": ex.dp_epsilon(gamma),
-                    "on_average_kl": oakl,
-                    "on_average_kl_se": oakl_se,
-                    "on_average_kl_one_direction": m["kl"][0],
-                    "gamma_x_gap": gamma * gap,
-                    "gamma_x_gap_se": gamma * gap_se,
-                    "gamma_x_gap_monte_carlo": gamma * gap_mc,
-                    "gamma_x_gap_monte_carlo_se": gamma * gap_mc_se,
-                    "on_average_lin_kl": lin,
-                    "on_average_lin_kl_se": lin_se,
-                    "draws": draws,
-                    "n": N_DATA,
-                }
+                row = _gamma_row(ex, gamma, unit, draws)
                 rows.append(row)
                 curves[ex.name].append(row)
-                checks.append(
-                    check(
-                        f"{ex.name}, gamma={gamma:g}: On-Average KL = gamma x generalization gap "
-                        "(conditional quadrature), within the family-wise margin",
-                        abs(diff_mean) <= z_fw * diff_se,
-                        f"On-Avg KL {oakl:.5f} +- {oakl_se:.5f}, gamma x gap {gamma * gap:.5f} +- "
-                        f"{gamma * gap_se:.5f}; paired difference {diff_mean:.2e} +- {diff_se:.2e}",
-                    )
-                )
-                margin = z_fw * math.hypot(oakl_se, gamma * gap_mc_se)
-                checks.append(
-                    check(
-                        f"{ex.name}, gamma={gamma:g}: On-Average KL = gamma x Monte Carlo "
-                        "generalization gap (fresh test data), within the family-wise margin",
-                        abs(oakl - gamma * gap_mc) <= margin,
-                        f"On-Avg KL {oakl:.5f} vs gamma x gap {gamma * gap_mc:.5f} +- "
-                        f"{gamma * gap_mc_se:.5f} (margin {margin:.5f}); DP eps "
-                        f"{ex.dp_epsilon(gamma):.3g}; linear-adversary On-Avg KL {lin:.5f}",
-                    )
-                )
+                checks += _gamma_checks(ex, gamma, unit, z_fw)
                 for point in unit["library"]:
                     _library_rows(ex, gamma, point, z_fw, rows, checks, lib_points)
-            first = curves[ex.name][0]
-            checks.append(
-                check(
-                    f"{ex.name}: On-Average KL is far below the worst-case DP epsilon at every gamma",
-                    all(r["on_average_kl"] < r["dp_epsilon"] for r in curves[ex.name]),
-                    "DP eps / On-Avg KL: "
-                    + ", ".join(
-                        f"gamma={r['gamma']:g}: {r['dp_epsilon'] / r['on_average_kl']:.3g}"
-                        for r in curves[ex.name]
-                    )
-                    + f" (smallest gamma: {first['dp_epsilon']:.3g} vs {first['on_average_kl']:.3g})",
-                )
-            )
+            checks.append(_dp_check(ex, curves[ex.name]))
     fig = _figure(plt, curves, lib_points)
     summary = {
         "checks": checks,
@@ -490,6 +438,75 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
         "seconds": seconds + timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+
+
+def _gamma_row(ex: Example, gamma: float, unit: dict[str, Any], draws: int) -> dict[str, Any]:
+    """The row of one (example, gamma): On-Average KL, gamma x gap (two ways), linear On-Avg KL."""
+    m = unit["moments"]
+    oakl, oakl_se = m["kl_sym"]
+    gap, gap_se = m["gap_sym"]
+    gap_mc, gap_mc_se = m["gap_mc"]
+    lin, lin_se = m["lin_sym"]
+    return {
+        "example": ex.name,
+        "gamma": gamma,
+        "dp_epsilon": ex.dp_epsilon(gamma),
+        "on_average_kl": oakl,
+        "on_average_kl_se": oakl_se,
+        "on_average_kl_one_direction": m["kl"][0],
+        "gamma_x_gap": gamma * gap,
+        "gamma_x_gap_se": gamma * gap_se,
+        "gamma_x_gap_monte_carlo": gamma * gap_mc,
+        "gamma_x_gap_monte_carlo_se": gamma * gap_mc_se,
+        "on_average_lin_kl": lin,
+        "on_average_lin_kl_se": lin_se,
+        "draws": draws,
+        "n": N_DATA,
+    }
+
+
+def _gamma_checks(
+    ex: Example, gamma: float, unit: dict[str, Any], z_fw: float
+) -> list[dict[str, Any]]:
+    """On-Average KL = gamma x gap, by quadrature and by Monte Carlo, within the family-wise margin."""
+    m = unit["moments"]
+    oakl, oakl_se = m["kl_sym"]
+    gap, gap_se = m["gap_sym"]
+    gap_mc, gap_mc_se = m["gap_mc"]
+    lin = m["lin_sym"][0]
+    diff_mean, diff_se = unit["diff"]
+    margin = z_fw * math.hypot(oakl_se, gamma * gap_mc_se)
+    return [
+        check(
+            f"{ex.name}, gamma={gamma:g}: On-Average KL = gamma x generalization gap "
+            "(conditional quadrature), within the family-wise margin",
+            abs(diff_mean) <= z_fw * diff_se,
+            f"On-Avg KL {oakl:.5f} +- {oakl_se:.5f}, gamma x gap {gamma * gap:.5f} +- "
+            f"{gamma * gap_se:.5f}; paired difference {diff_mean:.2e} +- {diff_se:.2e}",
+        ),
+        check(
+            f"{ex.name}, gamma={gamma:g}: On-Average KL = gamma x Monte Carlo "
+            "generalization gap (fresh test data), within the family-wise margin",
+            abs(oakl - gamma * gap_mc) <= margin,
+            f"On-Avg KL {oakl:.5f} vs gamma x gap {gamma * gap_mc:.5f} +- "
+            f"{gamma * gap_mc_se:.5f} (margin {margin:.5f}); DP eps "
+            f"{ex.dp_epsilon(gamma):.3g}; linear-adversary On-Avg KL {lin:.5f}",
+        ),
+    ]
+
+
+def _dp_check(ex: Example, curve: list[dict[str, Any]]) -> dict[str, Any]:
+    """On-Average KL far below the worst-case DP epsilon at every gamma of one example."""
+    first = curve[0]
+    return check(
+        f"{ex.name}: On-Average KL is far below the worst-case DP epsilon at every gamma",
+        all(r["on_average_kl"] < r["dp_epsilon"] for r in curve),
+        "DP eps / On-Avg KL: "
+        + ", ".join(
+            f"gamma={r['gamma']:g}: {r['dp_epsilon'] / r['on_average_kl']:.3g}" for r in curve
+        )
+        + f" (smallest gamma: {first['dp_epsilon']:.3g} vs {first['on_average_kl']:.3g})",
+    )
 
 
 def _library_rows(ex, gamma, point, z_fw, rows, checks, lib_points) -> None:

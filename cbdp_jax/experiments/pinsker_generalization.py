@@ -319,14 +319,11 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     """Checks, figure and outputs from the units' results, and Part 2 (simulated, a few seconds)."""
     plt = pyplot()
 
-    from cbdp_jax import analytic
     from cbdp_jax.adversaries import make_adversary
 
     config = estimator_config(quick, full_steps=FULL_STEPS)
-    settings = _settings(quick)
     sizes = _sizes(quick)
     samples, datasets = sizes["samples"], sizes["datasets"]
-    noise_scales = _noise_scales(quick)
     z = z_quantile(config.confidence)
     n_compare = _n_compare(quick)
     z_fw = z_quantile(1.0 - 0.05 / n_compare)
@@ -337,118 +334,162 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
 
     with Timer() as timer:
         # ---------------- Part 1: IPM^H vs 8 sqrt(KL^H) ----------------
-        for family, param in settings:
-            if family == "laplace":
-                kl, tv = analytic.laplace_kl(param), analytic.laplace_tv(param)
-            else:
-                kl, tv = analytic.gaussian_kl(param), analytic.gaussian_tv(param)
-            label = _setting_label(family, param)
-            ipm = results[label]["ipm"]
-            res = StoredEstimate.from_dict(results[label]["kl_h"])
-            # KL^H <= KL always; a held-out estimate is biased LOW for KL^H, so estimate + z SE is
-            # no upper bound on it. A violation of Thm 7 must beat the unrestricted KL.
-            kl_upper = kl
-            ipm_lb = ipm["lower_bound"]  # finite-sample, family-wise (see plan)
-            bound_est = analytic.pinsker_ipm_bound(max(res.estimate, 0.0))
-            bound_upper = analytic.pinsker_ipm_bound(kl_upper)
-            classical = analytic.classical_pinsker_ipm_bound(kl)
-            ratio = ipm["estimate"] / math.sqrt(res.estimate) if res.estimate > 0 else math.inf
-            rows.append(
-                {
-                    "part": "Thm 7: IPM^H vs 8 sqrt(KL^H)",
-                    "setting": label,
-                    "class": spec.label,
-                    "ipm_estimate": ipm["estimate"],
-                    "ipm_lower_bound": ipm["lower_bound"],
-                    "ipm_std_error": ipm["std_error"],
-                    "ipm_train_value": ipm["train_value"],
-                    "kl_h_estimate": res.estimate,
-                    "kl_h_lower_bound": res.lower_bound,
-                    "kl_h_std_error": res.std_error,
-                    "eight_sqrt_kl_h": bound_est,
-                    "eight_sqrt_kl_h_upper": bound_upper,
-                    "kl_unrestricted": kl,
-                    "classical_sqrt_2kl": classical,
-                    "two_tv": 2.0 * tv,
-                    "ipm_over_sqrt_kl_h": ratio,
-                    "warnings": " | ".join(res.warnings),
-                }
-            )
-            pinsker.append(rows[-1])
-            checks.append(
-                check(
-                    f"Thm 7, {label}: IPM^H <= 8 sqrt(KL^H) within the confidence margin",
-                    ipm_lb <= bound_upper,
-                    f"IPM lower bound {ipm_lb:.4f} (estimate {ipm['estimate']:.4f} +- "
-                    f"{ipm['std_error']:.4f}) <= 8 sqrt({kl_upper:.4f}) = {bound_upper:.4f} "
-                    f"(KL^H estimate {res.estimate:.4f} +- {res.std_error:.4f}; at the estimate "
-                    f"8 sqrt = {bound_est:.4f}; classical sqrt(2 KL) = {classical:.4f}; observed "
-                    f"IPM / sqrt(KL^H) = {ratio:.3f})",
-                )
-            )
-            checks.append(
-                check(
-                    f"{label}: IPM^H lower bound <= 2 TV (the IPM over all [-1, 1] functions)",
-                    ipm_lb <= 2.0 * tv,
-                    f"{ipm_lb:.4f} <= {2 * tv:.4f}",
-                )
-            )
+        for family, param in _settings(quick):
+            row, setting_checks = _pinsker_setting(family, param, results, spec.label)
+            rows.append(row)
+            pinsker.append(row)
+            checks += setting_checks
 
         # ---------------- Part 2: adaptive statistical query ----------------
         rng = np.random.default_rng(2019_06)
         gen: dict[str, list[dict[str, float]]] = {"laplace": [], "gaussian": []}
         for noise in ("laplace", "gaussian"):
-            for scale in noise_scales:
-                gap, se = simulate_gap(rng, noise, scale, datasets)
-                eps = query_kl(noise, scale)
-                bound = analytic.generalization_gap_bound(eps)
-                gen[noise].append(
-                    {"scale": scale, "gap": gap, "se": se, "eps": eps, "bound": bound}
-                )
-                rows.append(
-                    {
-                        "part": "Thm 6: adaptive query generalization gap",
-                        "setting": f"{noise} noise, scale {scale:.4g}",
-                        "gap": gap,
-                        "gap_std_error": se,
-                        "eps_kl": eps,
-                        "eight_sqrt_eps": bound,
-                        "datasets": datasets,
-                        "k": K_QUERIES,
-                        "n": N_ROWS,
-                    }
-                )
-                checks.append(
-                    check(
-                        f"Thm 6, {noise} noise scale {scale:.3g}: |gap| <= 8 sqrt(eps) within the "
-                        "confidence margin",
-                        abs(gap) - z_fw * se <= bound,
-                        f"gap {gap:.5f} +- {se:.5f} vs 8 sqrt({eps:.4g}) = {bound:.4f}",
-                    )
-                )
-            first, last = gen[noise][0], gen[noise][-1]
-            margin = z * math.hypot(first["se"], last["se"])
-            checks.append(
-                check(
-                    f"Thm 6, {noise} noise: the generalization gap shrinks as the noise grows",
-                    first["gap"] - last["gap"] > margin
-                    and all(
-                        a["gap"] >= b["gap"] - z * math.hypot(a["se"], b["se"])
-                        for a, b in zip(gen[noise][:-1], gen[noise][1:], strict=True)
-                    ),  # fmt: skip
-                    f"gap {first['gap']:.4f} at scale {first['scale']:.3g} -> {last['gap']:.4f} at "
-                    f"scale {last['scale']:.3g} (margin {margin:.4f}); non-increasing within "
-                    "1.64 combined SE at every step",
-                )
-            )
+            for scale in _noise_scales(quick):
+                point, row, scale_check = _query_gap(rng, noise, scale, datasets, z_fw)
+                gen[noise].append(point)
+                rows.append(row)
+                checks.append(scale_check)
+            checks.append(_shrink_check(noise, gen[noise], z))
 
-    # ---------------- figure ----------------
+    fig = _figure(plt, pinsker, gen, z, spec.label)
+    summary = {
+        "checks": checks,
+        "quick": quick,
+        "samples": samples,
+        "datasets": datasets,
+        "config": budget_summary(config),
+        "familywise_z": z_fw,
+        # The constant 8 cannot be replaced by Pinsker's sqrt(2) for restricted KL: report the largest
+        # observed ratio of the two estimates.
+        "max_ipm_over_sqrt_kl_h": max(r["ipm_over_sqrt_kl_h"] for r in pinsker),
+        "seconds": seconds + timer.seconds,
+    }
+    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+
+
+def _pinsker_setting(
+    family: str, param: float, results: dict, class_label: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Thm 7 for one mechanism pair: its row, and the IPM against 8 sqrt(KL) and 2 TV."""
+    from cbdp_jax import analytic
+
+    if family == "laplace":
+        kl, tv = analytic.laplace_kl(param), analytic.laplace_tv(param)
+    else:
+        kl, tv = analytic.gaussian_kl(param), analytic.gaussian_tv(param)
+    label = _setting_label(family, param)
+    ipm = results[label]["ipm"]
+    res = StoredEstimate.from_dict(results[label]["kl_h"])
+    # KL^H <= KL always; a held-out estimate is biased LOW for KL^H, so estimate + z SE is
+    # no upper bound on it. A violation of Thm 7 must beat the unrestricted KL.
+    kl_upper = kl
+    ipm_lb = ipm["lower_bound"]  # finite-sample, family-wise (see plan)
+    bound_est = analytic.pinsker_ipm_bound(max(res.estimate, 0.0))
+    bound_upper = analytic.pinsker_ipm_bound(kl_upper)
+    classical = analytic.classical_pinsker_ipm_bound(kl)
+    ratio = ipm["estimate"] / math.sqrt(res.estimate) if res.estimate > 0 else math.inf
+    row = {
+        "part": "Thm 7: IPM^H vs 8 sqrt(KL^H)",
+        "setting": label,
+        "class": class_label,
+        "ipm_estimate": ipm["estimate"],
+        "ipm_lower_bound": ipm["lower_bound"],
+        "ipm_std_error": ipm["std_error"],
+        "ipm_train_value": ipm["train_value"],
+        "kl_h_estimate": res.estimate,
+        "kl_h_lower_bound": res.lower_bound,
+        "kl_h_std_error": res.std_error,
+        "eight_sqrt_kl_h": bound_est,
+        "eight_sqrt_kl_h_upper": bound_upper,
+        "kl_unrestricted": kl,
+        "classical_sqrt_2kl": classical,
+        "two_tv": 2.0 * tv,
+        "ipm_over_sqrt_kl_h": ratio,
+        "warnings": " | ".join(res.warnings),
+    }
+    checks = [
+        check(
+            f"Thm 7, {label}: IPM^H <= 8 sqrt(KL^H) within the confidence margin",
+            ipm_lb <= bound_upper,
+            f"IPM lower bound {ipm_lb:.4f} (estimate {ipm['estimate']:.4f} +- "
+            f"{ipm['std_error']:.4f}) <= 8 sqrt({kl_upper:.4f}) = {bound_upper:.4f} "
+            f"(KL^H estimate {res.estimate:.4f} +- {res.std_error:.4f}; at the estimate "
+            f"8 sqrt = {bound_est:.4f}; classical sqrt(2 KL) = {classical:.4f}; observed "
+            f"IPM / sqrt(KL^H) = {ratio:.3f})",
+        ),
+        check(
+            f"{label}: IPM^H lower bound <= 2 TV (the IPM over all [-1, 1] functions)",
+            ipm_lb <= 2.0 * tv,
+            f"{ipm_lb:.4f} <= {2 * tv:.4f}",
+        ),
+    ]
+    return row, checks
+
+
+def _query_gap(
+    rng: np.random.Generator, noise: str, scale: float, datasets: int, z_fw: float
+) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]]:
+    """Thm 6 at one noise scale: the simulated gap (plotted point, row) and its check."""
+    from cbdp_jax import analytic
+
+    gap, se = simulate_gap(rng, noise, scale, datasets)
+    eps = query_kl(noise, scale)
+    bound = analytic.generalization_gap_bound(eps)
+    point = {"scale": scale, "gap": gap, "se": se, "eps": eps, "bound": bound}
+    row = {
+        "part": "Thm 6: adaptive query generalization gap",
+        "setting": f"{noise} noise, scale {scale:.4g}",
+        "gap": gap,
+        "gap_std_error": se,
+        "eps_kl": eps,
+        "eight_sqrt_eps": bound,
+        "datasets": datasets,
+        "k": K_QUERIES,
+        "n": N_ROWS,
+    }
+    return (
+        point,
+        row,
+        check(
+            f"Thm 6, {noise} noise scale {scale:.3g}: |gap| <= 8 sqrt(eps) within the "
+            "confidence margin",
+            abs(gap) - z_fw * se <= bound,
+            f"gap {gap:.5f} +- {se:.5f} vs 8 sqrt({eps:.4g}) = {bound:.4f}",
+        ),
+    )
+
+
+def _shrink_check(noise: str, points: list[dict[str, float]], z: float) -> dict[str, Any]:
+    """Thm 6: the gap shrinks from the smallest to the largest noise, never rising beyond z SE."""
+    first, last = points[0], points[-1]
+    margin = z * math.hypot(first["se"], last["se"])
+    return check(
+        f"Thm 6, {noise} noise: the generalization gap shrinks as the noise grows",
+        first["gap"] - last["gap"] > margin
+        and all(
+            a["gap"] >= b["gap"] - z * math.hypot(a["se"], b["se"])
+            for a, b in zip(points[:-1], points[1:], strict=True)
+        ),  # fmt: skip
+        f"gap {first['gap']:.4f} at scale {first['scale']:.3g} -> {last['gap']:.4f} at "
+        f"scale {last['scale']:.3g} (margin {margin:.4f}); non-increasing within "
+        "1.64 combined SE at every step",
+    )
+
+
+def _figure(
+    plt: Any,
+    pinsker: list[dict[str, Any]],
+    gen: dict[str, list[dict[str, float]]],
+    z: float,
+    class_label: str,
+) -> Any:
+    """Left: IPM^H beside 8 sqrt(KL^H), sqrt(2 KL) and 2 TV. Right: the gap against the noise."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
     order = sorted(range(len(pinsker)), key=lambda j: pinsker[j]["kl_unrestricted"])
     xs = np.arange(len(order))
     get = lambda k: np.array([pinsker[j][k] for j in order])  # noqa: E731
     ax1.errorbar(xs, get("ipm_estimate"), yerr=z * get("ipm_std_error"), fmt="o", color="C0",
-                 capsize=3, label=f"IPM^H estimate ({spec.label})")  # fmt: skip
+                 capsize=3, label=f"IPM^H estimate ({class_label})")  # fmt: skip
     ax1.plot(xs, get("eight_sqrt_kl_h"), "s-", color="C3", label="8 sqrt(KL^H) (Thm 7)")
     ax1.plot(xs, get("classical_sqrt_2kl"), "^-", color="C2", label="sqrt(2 KL) (classical)")
     ax1.plot(xs, get("two_tv"), "k_", ms=18, mew=2, label="2 TV (IPM over all [-1,1] h)")
@@ -470,17 +511,4 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     ax2.set_title(f"Thm 6: argmax of k={K_QUERIES} noisy column means, n={N_ROWS}")
     ax2.legend(fontsize=7)
     fig.tight_layout()
-
-    summary = {
-        "checks": checks,
-        "quick": quick,
-        "samples": samples,
-        "datasets": datasets,
-        "config": budget_summary(config),
-        "familywise_z": z_fw,
-        # The constant 8 cannot be replaced by Pinsker's sqrt(2) for restricted KL: report the largest
-        # observed ratio of the two estimates.
-        "max_ipm_over_sqrt_kl_h": max(r["ipm_over_sqrt_kl_h"] for r in pinsker),
-        "seconds": seconds + timer.seconds,
-    }
-    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+    return fig

@@ -168,8 +168,6 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     """Checks, figure and outputs from the units' results (``unit id -> stored estimate``)."""
     plt = pyplot()
 
-    from cbdp_jax import analytic, exact
-
     config = estimator_config(quick, full_steps=FULL_STEPS)
     samples = _samples(quick)
     z = z_quantile(config.confidence)
@@ -178,137 +176,175 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     # the N_COMPARE comparisons of estimates with exact values below.
     # Each estimate's bound is one of N_COMPARE simultaneous bounds (Bonferroni, taken by the estimator
     # on the f-scale and then mapped); a refused bound is the trivial 0.
-
-    def lb_fw(res) -> float:
-        return res.lower_bound
-
-    def stored(uid: str) -> StoredEstimate:
-        return StoredEstimate.from_dict(results[uid])
-
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
 
     with Timer() as timer:
         # ---------------- linear post-processing: the matrix mechanism ----------------
-        matrix = _matrix()
-        norm = matrix.strategy_norm
-        shift = _source_shift(matrix)
-        s = matrix.noise_dim
+        s = _matrix().noise_dim
         lin: dict[float, dict[str, Any]] = {}
         for alpha in ALPHAS:
-            res_src = stored(f"source|Renyi(alpha={alpha:g})")
-            res_post = stored(f"matrix|Renyi(alpha={alpha:g})")
-            ex_src = exact.restricted_divergence(
-                exact.laplace_pair(EPSILON / norm, shift), "renyi", "linear", alpha=alpha
-            )
-            bound_paper = analytic.matrix_mechanism_lin_renyi_upper_bound(
-                alpha, EPSILON, s, form="paper"
-            )
-            bound_corr = analytic.matrix_mechanism_lin_renyi_upper_bound(
-                alpha, EPSILON, s, form="corrected"
-            )
-            bound_tight = analytic.laplace_lin_renyi_upper_bound(
-                alpha, EPSILON, tuple(v / norm for v in shift), form="corrected"
-            )
-            lin[alpha] = {
-                "src": res_src,
-                "post": res_post,
-                "exact_src": float(ex_src.value),
-                "paper": bound_paper,
-                "corrected": bound_corr,
-                "tight": bound_tight,
-            }
-            common = {
-                "part": "linear post-processing (Thm 1, Thm 5)",
-                "alpha": alpha,
-                "exact_source_lin_renyi": float(ex_src.value),
-                "thm5_bound_paper": bound_paper,
-                "thm5_bound_corrected": bound_corr,
-                "laplace_bound_corrected_actual_v": bound_tight,
-            }
-            rows.append(result_row(res_src, release=f"source y = A x + noise (s={s})", **common))
-            rows.append(result_row(res_post, release="matrix mechanism W A^+ y (d=2)", **common))
-
-            se_comb = math.hypot(res_src.std_error, res_post.std_error)
-            checks.append(
-                check(
-                    f"Thm 1, alpha={alpha:g}: estimated (lin, Renyi) of W A^+ y <= that of its source "
-                    "y within 2 combined standard errors",
-                    res_post.estimate <= res_src.estimate + 2.0 * se_comb,
-                    f"post {res_post.estimate:.4f} +- {res_post.std_error:.4f}, source "
-                    f"{res_src.estimate:.4f} +- {res_src.std_error:.4f}, margin 2 SE = {2 * se_comb:.4f}",
-                )
-            )
-            checks.append(
-                check(
-                    f"Thm 1, alpha={alpha:g}: family-wise lower bound for the matrix mechanism <= "
-                    "exact (lin, Renyi) of the source (certified comparison)",
-                    lb_fw(res_post) <= ex_src.value,
-                    f"post lower bound {lb_fw(res_post):.4f} (95% bound {res_post.lower_bound:.4f}) "
-                    f"<= exact source {ex_src.value:.6f}",
-                )
-            )
-            checks.append(
-                check(
-                    f"Thm 5, alpha={alpha:g}: exact source value and both lower bounds under the "
-                    "corrected Thm 5 bound",
-                    max(ex_src.value, lb_fw(res_src), lb_fw(res_post)) <= bound_corr,
-                    f"exact source {ex_src.value:.4f}, lower bounds {lb_fw(res_src):.4f} / "
-                    f"{lb_fw(res_post):.4f} <= corrected {bound_corr:.4f} (paper's printed form "
-                    f"{bound_paper:.4f}; with the actual v = A e_0 / ||A||_1: {bound_tight:.4f})",
-                )
-            )
-            checks.append(
-                paper_claim(
-                    f"Thm 5, alpha={alpha:g}: the paper's printed bound also holds at this setting",
-                    max(ex_src.value, lb_fw(res_post)) <= bound_paper,
-                    f"exact source {ex_src.value:.4f}, post lower bound {lb_fw(res_post):.4f} "
-                    f"<= printed {bound_paper:.4f} (the printed form can fail elsewhere, docs/theory/mechanisms.md)",
-                )
-            )
+            lin[alpha] = _linear_entry(alpha, results)
+            rows += _linear_rows(lin[alpha], alpha, s)
+            checks += _linear_checks(lin[alpha], alpha)
 
         # ---------------- non-linear post-processing: clip(M, 0, 1) ----------------
-        res_m = stored("laplace|KL")
-        res_g = stored("clip|KL")
-        lin_kl_m = analytic.laplace_lin_kl(1.0)
-        kl_m = analytic.laplace_kl(1.0)
-        common = {
-            "part": "non-linear post-processing g(x) = clip(x, 0, 1)",
-            "exact_lin_kl_M": lin_kl_m,
-            "kl_M_unrestricted": kl_m,
-        }
-        rows.append(result_row(res_m, release="M = Laplace(eps=1)", exact=lin_kl_m, **common))
-        rows.append(result_row(res_g, release="g(M) = clip(M, 0, 1)", exact=kl_m, **common))
-        gap = lb_fw(res_g) - lin_kl_m
-        checks.append(
-            check(
-                "non-linear g: certified (lin, KL) of clip(M, 0, 1) EXCEEDS the exact (lin, KL) of M "
-                "(linear guarantee not closed under non-linear post-processing)",
-                gap > 0.0,
-                f"family-wise lower bound for g(M) {lb_fw(res_g):.4f} (estimate {res_g.estimate:.4f} +- "
-                f"{res_g.std_error:.4f}; exact = KL(M) = {kl_m:.6f}) > exact lin-KL(M) "
-                f"{lin_kl_m:.6f}: violation {gap:.4f} beyond the confidence margin",
-            )
-        )
-        se_comb = math.hypot(res_g.std_error, res_m.std_error)
-        checks.append(
-            check(
-                "non-linear g: estimated gap (lin, KL)(g(M)) - (lin, KL)(M) exceeds 2 combined SE",
-                res_g.estimate - res_m.estimate > 2.0 * se_comb,
-                f"{res_g.estimate:.4f} - {res_m.estimate:.4f} = "
-                f"{res_g.estimate - res_m.estimate:.4f} > 2 SE = {2 * se_comb:.4f}",
-            )
-        )
-        checks.append(
-            check(
-                "non-linear g: family-wise lower bound for g(M) <= unrestricted KL(M) (data "
-                "processing; equality holds here)",
-                lb_fw(res_g) <= kl_m,
-                f"{lb_fw(res_g):.4f} <= {kl_m:.6f}",
-            )
-        )
+        clip = _clip_entry(results)
+        rows += _clip_rows(clip)
+        checks += _clip_checks(clip)
 
-    # ---------------- figure ----------------
+    fig = _figure(plt, lin, clip, z)
+    summary = {
+        "checks": checks,
+        "quick": quick,
+        "samples": samples,
+        "config": budget_summary(config),
+        "seconds": seconds + timer.seconds,
+    }
+    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+
+
+def _stored(results: dict, uid: str) -> StoredEstimate:
+    """A unit's stored estimate."""
+    return StoredEstimate.from_dict(results[uid])
+
+
+def _linear_entry(alpha: float, results: dict) -> dict[str, Any]:
+    """Source and matrix-mechanism estimates at one alpha, the exact source value and Thm 5 bounds."""
+    from cbdp_jax import analytic, exact
+
+    matrix = _matrix()
+    norm = matrix.strategy_norm
+    shift = _source_shift(matrix)
+    s = matrix.noise_dim
+    ex_src = exact.restricted_divergence(
+        exact.laplace_pair(EPSILON / norm, shift), "renyi", "linear", alpha=alpha
+    )
+    return {
+        "src": _stored(results, f"source|Renyi(alpha={alpha:g})"),
+        "post": _stored(results, f"matrix|Renyi(alpha={alpha:g})"),
+        "exact_src": float(ex_src.value),
+        "paper": analytic.matrix_mechanism_lin_renyi_upper_bound(alpha, EPSILON, s, form="paper"),
+        "corrected": analytic.matrix_mechanism_lin_renyi_upper_bound(
+            alpha, EPSILON, s, form="corrected"
+        ),
+        "tight": analytic.laplace_lin_renyi_upper_bound(
+            alpha, EPSILON, tuple(v / norm for v in shift), form="corrected"
+        ),
+    }
+
+
+def _linear_rows(e: dict[str, Any], alpha: float, s: int) -> list[dict[str, Any]]:
+    """The rows of the source and of the matrix mechanism at one alpha."""
+    common = {
+        "part": "linear post-processing (Thm 1, Thm 5)",
+        "alpha": alpha,
+        "exact_source_lin_renyi": e["exact_src"],
+        "thm5_bound_paper": e["paper"],
+        "thm5_bound_corrected": e["corrected"],
+        "laplace_bound_corrected_actual_v": e["tight"],
+    }
+    return [
+        result_row(e["src"], release=f"source y = A x + noise (s={s})", **common),
+        result_row(e["post"], release="matrix mechanism W A^+ y (d=2)", **common),
+    ]
+
+
+def _linear_checks(e: dict[str, Any], alpha: float) -> list[dict[str, Any]]:
+    """Thm 1 (post-processing no larger than its source) and Thm 5 (both forms) at one alpha."""
+    res_src, res_post, ex_src = e["src"], e["post"], e["exact_src"]
+    bound_paper, bound_corr, bound_tight = e["paper"], e["corrected"], e["tight"]
+    lb_src, lb_post = res_src.lower_bound, res_post.lower_bound
+    se_comb = math.hypot(res_src.std_error, res_post.std_error)
+    return [
+        check(
+            f"Thm 1, alpha={alpha:g}: estimated (lin, Renyi) of W A^+ y <= that of its source "
+            "y within 2 combined standard errors",
+            res_post.estimate <= res_src.estimate + 2.0 * se_comb,
+            f"post {res_post.estimate:.4f} +- {res_post.std_error:.4f}, source "
+            f"{res_src.estimate:.4f} +- {res_src.std_error:.4f}, margin 2 SE = {2 * se_comb:.4f}",
+        ),
+        check(
+            f"Thm 1, alpha={alpha:g}: family-wise lower bound for the matrix mechanism <= "
+            "exact (lin, Renyi) of the source (certified comparison)",
+            lb_post <= ex_src,
+            f"post lower bound {lb_post:.4f} (95% bound {res_post.lower_bound:.4f}) "
+            f"<= exact source {ex_src:.6f}",
+        ),
+        check(
+            f"Thm 5, alpha={alpha:g}: exact source value and both lower bounds under the "
+            "corrected Thm 5 bound",
+            max(ex_src, lb_src, lb_post) <= bound_corr,
+            f"exact source {ex_src:.4f}, lower bounds {lb_src:.4f} / "
+            f"{lb_post:.4f} <= corrected {bound_corr:.4f} (paper's printed form "
+            f"{bound_paper:.4f}; with the actual v = A e_0 / ||A||_1: {bound_tight:.4f})",
+        ),
+        paper_claim(
+            f"Thm 5, alpha={alpha:g}: the paper's printed bound also holds at this setting",
+            max(ex_src, lb_post) <= bound_paper,
+            f"exact source {ex_src:.4f}, post lower bound {lb_post:.4f} "
+            f"<= printed {bound_paper:.4f} (the printed form can fail elsewhere, docs/theory/mechanisms.md)",
+        ),
+    ]
+
+
+def _clip_entry(results: dict) -> dict[str, Any]:
+    """The estimates for M and clip(M, 0, 1) with the exact (lin, KL) and KL of M."""
+    from cbdp_jax import analytic
+
+    return {
+        "m": _stored(results, "laplace|KL"),
+        "g": _stored(results, "clip|KL"),
+        "lin_kl_m": analytic.laplace_lin_kl(1.0),
+        "kl_m": analytic.laplace_kl(1.0),
+    }
+
+
+def _clip_rows(c: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of M and of clip(M, 0, 1)."""
+    common = {
+        "part": "non-linear post-processing g(x) = clip(x, 0, 1)",
+        "exact_lin_kl_M": c["lin_kl_m"],
+        "kl_M_unrestricted": c["kl_m"],
+    }
+    return [
+        result_row(c["m"], release="M = Laplace(eps=1)", exact=c["lin_kl_m"], **common),
+        result_row(c["g"], release="g(M) = clip(M, 0, 1)", exact=c["kl_m"], **common),
+    ]
+
+
+def _clip_checks(c: dict[str, Any]) -> list[dict[str, Any]]:
+    """Non-linear post-processing: clip(M) certifiably above (lin, KL) of M, at most KL(M)."""
+    res_m, res_g, lin_kl_m, kl_m = c["m"], c["g"], c["lin_kl_m"], c["kl_m"]
+    lb_g = res_g.lower_bound
+    gap = lb_g - lin_kl_m
+    se_comb = math.hypot(res_g.std_error, res_m.std_error)
+    return [
+        check(
+            "non-linear g: certified (lin, KL) of clip(M, 0, 1) EXCEEDS the exact (lin, KL) of M "
+            "(linear guarantee not closed under non-linear post-processing)",
+            gap > 0.0,
+            f"family-wise lower bound for g(M) {lb_g:.4f} (estimate {res_g.estimate:.4f} +- "
+            f"{res_g.std_error:.4f}; exact = KL(M) = {kl_m:.6f}) > exact lin-KL(M) "
+            f"{lin_kl_m:.6f}: violation {gap:.4f} beyond the confidence margin",
+        ),
+        check(
+            "non-linear g: estimated gap (lin, KL)(g(M)) - (lin, KL)(M) exceeds 2 combined SE",
+            res_g.estimate - res_m.estimate > 2.0 * se_comb,
+            f"{res_g.estimate:.4f} - {res_m.estimate:.4f} = "
+            f"{res_g.estimate - res_m.estimate:.4f} > 2 SE = {2 * se_comb:.4f}",
+        ),
+        check(
+            "non-linear g: family-wise lower bound for g(M) <= unrestricted KL(M) (data "
+            "processing; equality holds here)",
+            lb_g <= kl_m,
+            f"{lb_g:.4f} <= {kl_m:.6f}",
+        ),
+    ]
+
+
+def _figure(plt: Any, lin: dict[float, dict[str, Any]], clip: dict[str, Any], z: float) -> Any:
+    """Left: the matrix mechanism against its source and Thm 5. Right: M against clip(M)."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     xs = np.arange(len(ALPHAS))
     width = 0.35
@@ -328,21 +364,14 @@ def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 
     ax1.set_title(f"Thm 1/5: matrix mechanism, eps={EPSILON:g}")
     ax1.legend(fontsize=7)
     labels = ["M = Lap(eps=1)", "clip(M, 0, 1)"]
+    res_m, res_g = clip["m"], clip["g"]
     est = [res_m.estimate, res_g.estimate]
     err = [z * res_m.std_error, z * res_g.std_error]
     ax2.bar([0, 1], est, 0.5, yerr=err, capsize=4, color=["C0", "C1"], label="estimate (lin, KL)")
-    ax2.plot([0], [lin_kl_m], "k_", ms=40, mew=2, label="exact (lin, KL) of M")
-    ax2.axhline(kl_m, color="k", ls="--", lw=1, label="unrestricted KL(M)")
+    ax2.plot([0], [clip["lin_kl_m"]], "k_", ms=40, mew=2, label="exact (lin, KL) of M")
+    ax2.axhline(clip["kl_m"], color="k", ls="--", lw=1, label="unrestricted KL(M)")
     ax2.set_xticks([0, 1], labels)
     ax2.set_title("non-linear post-processing breaks the linear guarantee")
     ax2.legend(fontsize=7)
     fig.tight_layout()
-
-    summary = {
-        "checks": checks,
-        "quick": quick,
-        "samples": samples,
-        "config": budget_summary(config),
-        "seconds": seconds + timer.seconds,
-    }
-    return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
+    return fig

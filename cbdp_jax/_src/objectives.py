@@ -222,6 +222,8 @@ def conservative_fit(
     if kind not in ("dv", "renyi_scale_free"):
         return scale, shift
     k = jnp.arange(CONSERVATIVE_CANDIDATES, dtype=dt)
+    if kind == "dv":
+        return _dv_conservative(h_p_val, h_q_val, scale, shift, z, k)
     if kind == "renyi_scale_free":
         scales, shifts = scale * 2.0 ** (-k / 2.0), jnp.full_like(k, shift)
     else:
@@ -239,6 +241,30 @@ def conservative_fit(
     # lax.map: one candidate at a time, so memory stays that of one validation pass.
     best = jnp.argmax(jax.lax.map(lower_bound, (scales, shifts)))
     return scales[best], shifts[best]
+
+
+def _dv_conservative(h_p, h_q, scale, shift, z, k) -> tuple[jax.Array, jax.Array]:
+    """:func:`conservative_fit` for KL: every constant c - k/4 from ONE pass over the validation data.
+
+    f*(s) = exp(s - 1), so lowering the constant by d multiplies f*(h) by exp(-d): the mean of the
+    Q-term scales by exp(-d) and its variance by exp(-2d), and the P-term's mean moves by -d with its
+    variance unchanged. The same lower bounds as evaluating each candidate (up to rounding), at the
+    cost of one candidate; exp(s - max s) <= 1 keeps the pass free of overflow, and a level whose
+    terms would overflow gives a non-finite bound and is skipped, as before.
+    """
+    a = scale * h_p + shift
+    s = scale * h_q + shift - 1.0
+    top = jnp.max(s)
+    e = jnp.exp(s - top)
+    level = top - 0.25 * k  # f*(h + c_k) = exp(level_k) * e
+    mean_b = jnp.exp(level) * jnp.mean(e)
+    var_b = jnp.exp(2.0 * level) * jnp.var(e, ddof=1)
+    mean_a = jnp.mean(a) - 0.25 * k
+    se = jnp.sqrt(jnp.var(a, ddof=1) / a.size + var_b / s.size)
+    lcb = mean_a - mean_b - z * se
+    ok = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(s)) & jnp.isfinite(lcb)
+    best = jnp.argmax(jnp.where(ok, lcb, -jnp.inf))
+    return scale, shift - 0.25 * k[best]
 
 
 def kl_domain_reduction(mechanism: Any, spec: Any, divergence: str) -> tuple[Any, str | None]:

@@ -27,10 +27,12 @@ bound) on the same data. Writes JSON (and a PNG of coverage per case with ``--fi
     python benchmarks/coverage.py --quick --out DIR/coverage.json                     # minutes
     python benchmarks/coverage.py --classes linear --runs 100 --out DIR/coverage.json  # one class
     python benchmarks/coverage.py --classes linear --runs 300 --seed 1 --out DIR/c.json  # a replicate
+    python benchmarks/coverage.py --combine A.json B.json --out DIR/all.json --figure DIR/all.png
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -336,6 +338,35 @@ COLUMNS = (
 )
 
 
+def combine(paths: list[str]) -> dict[str, Any]:
+    """Pools the runs of several coverage JSONs (other classes, or independent replicates of the same
+    cases under other ``--seed`` values) and summarises them per case."""
+    records: list[dict[str, Any]] = []
+    sources = []
+    for path in paths:
+        with open(path) as fh:
+            payload = json.load(fh)
+        payload = payload.get("payload", payload)
+        seed = payload.get("seed", SEED)
+        if any(s["seed"] == seed and set(s["classes"]) & _classes(payload) for s in sources):
+            raise SystemExit(
+                f"{path}: the same seed twice for a class (not an independent replicate)"
+            )
+        sources.append({"path": path, "seed": seed, "classes": sorted(_classes(payload))})
+        records.extend(payload["records"])
+    summary = summarise(records)
+    return {
+        "sources": sources,
+        "summary": summary,
+        "all_meet_target": all(r["meets_target"] for r in summary),
+        "records": records,
+    }
+
+
+def _classes(payload: dict[str, Any]) -> set[str]:
+    return {r["class"] for r in payload["records"]}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = _common.parser(__doc__.splitlines()[0], "benchmarks/results/coverage.json")
     p.add_argument("--runs", type=int, default=None, help="runs per case (default 200; quick 40)")
@@ -349,7 +380,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--classes", default=",".join(CLASSES), help=f"comma-separated subset of {tuple(CLASSES)}"
     )
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="pool the runs of these coverage JSONs (classes, or replicates with other --seed) "
+        "instead of running",
+    )
     args = p.parse_args(argv)
+    if args.combine:
+        payload = combine(args.combine)
+        _common.print_table("lower-bound coverage (pooled)", payload["summary"], COLUMNS)
+        bad = [r for r in payload["summary"] if not r["meets_target"]]
+        print(f"cases below target: {len(bad)} of {len(payload['summary'])}")
+        _common.write(args.out, "coverage", args, payload)
+        if args.figure:
+            figure(payload["summary"], args.figure)
+        return payload
     classes = [c for c in args.classes.split(",") if c]
     if not classes or any(c not in CLASSES for c in classes):
         p.error(

@@ -9,6 +9,7 @@ per-unit checkpoints (per class; per lambda).
 
 import csv
 import json
+import math
 
 import pytest
 
@@ -78,3 +79,40 @@ def test_experiment_resumes_from_its_unit_checkpoints(outputs, name):
     third = load(name).run(folder, quick=True)
     assert third["units_reused"] == first["units"]
     assert _rows(folder, name) == rows_before
+
+
+def test_pinsker_reads_a_stored_unit_with_a_refused_ipm_bound():
+    """Regression (full `cbdp reproduce all`): a unit whose IPM lower bound is -inf is stored as the
+    string '-inf'; finishing must read it back as a number, not compare a string with a float."""
+    import json
+
+    from cbdp_jax._src.io import to_json
+    from cbdp_jax.experiments import pinsker_generalization as pg
+    from cbdp_jax.experiments._common import StoredEstimate
+
+    kl_h = StoredEstimate(
+        estimate=0.1,
+        lower_bound=0.05,
+        std_error=0.01,
+        bound_reliable=True,
+        divergence="KL",
+        adversary="mlp",
+        warnings=(),
+        seconds=1.0,
+    ).to_dict()
+    ipm = {
+        "estimate": 0.2,
+        "std_error": 0.01,
+        "lower_bound": -math.inf,
+        "family_size": 9,
+        "train_value": 0.2,
+    }
+    label = pg._setting_label("laplace", 1.0)
+    stored = json.loads(to_json({label: {"ipm": ipm, "kl_h": kl_h}}))
+    assert stored[label]["ipm"]["lower_bound"] == "-inf"  # what a unit file holds
+    row, checks = pg._pinsker_setting("laplace", 1.0, stored, "mlp")
+    assert row["ipm_lower_bound"] == -math.inf
+    assert all(isinstance(c, dict) for c in checks)
+    # Negative control: the stored value itself cannot be compared with a float.
+    with pytest.raises(TypeError):
+        _ = stored[label]["ipm"]["lower_bound"] <= 1.0

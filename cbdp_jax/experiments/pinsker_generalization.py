@@ -56,6 +56,8 @@ from cbdp_jax.experiments._common import (
 from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "pinsker_generalization"
+# The numbers of :func:`ipm_estimate` in a stored unit; its JSON holds non-finite ones as strings.
+_IPM_FLOATS = ("estimate", "std_error", "lower_bound", "train_value")
 WIDTH, DEPTH = 32, 2
 K_QUERIES = 10
 N_ROWS = 100
@@ -378,7 +380,9 @@ def _pinsker_setting(
     else:
         kl, tv = analytic.gaussian_kl(param), analytic.gaussian_tv(param)
     label = _setting_label(family, param)
-    ipm = results[label]["ipm"]
+    # A unit's JSON stores non-finite numbers as strings ('-inf' for a refused bound): read them back.
+    stored = results[label]["ipm"]
+    ipm = {**stored, **{k: float(stored[k]) for k in _IPM_FLOATS}}
     res = StoredEstimate.from_dict(results[label]["kl_h"])
     # KL^H <= KL always; a held-out estimate is biased LOW for KL^H, so estimate + z SE is
     # no upper bound on it. A violation of Thm 7 must beat the unrestricted KL.

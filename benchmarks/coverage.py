@@ -85,9 +85,11 @@ def divergences(quick: bool):
     return [("kl", None), ("renyi", (4.0,) if quick else (2.0, 4.0, 8.0))]
 
 
-def config(cls: str, quick: bool) -> SweepConfig:
+def config(cls: str, quick: bool, tail_margin: float | None = None) -> SweepConfig:
     mlp = cls == "bounded_mlp"
+    extra = {} if tail_margin is None else {"tail_margin": tail_margin}
     return SweepConfig(
+        **extra,
         # The bounded MLP's finite-sample bound covers v(h) for ANY fixed critic, so its training budget
         # moves only the bound's tightness, not the coverage being measured: 500 steps keep the full
         # grid (5,600 networks) near 45 minutes on 2 cores.
@@ -161,9 +163,11 @@ def critic_truths(training, rows, div_name: str) -> np.ndarray:
     return truths
 
 
-def run_case(cls: str, div: str, alphas, quick: bool, runs: int, key) -> list[dict[str, Any]]:
+def run_case(
+    cls: str, div: str, alphas, quick: bool, runs: int, key, tail_margin: float | None = None
+) -> list[dict[str, Any]]:
     """One sweep over mechanisms x alphas x seeds; returns one record per run."""
-    cfg = config(cls, quick)
+    cfg = config(cls, quick, tail_margin)
     mechs = mechanisms(quick)
     t0 = time.perf_counter()
     k_train, k_test = jax.random.split(key)
@@ -330,7 +334,13 @@ def _common_pyplot():
 SEED = 2026_11_23
 
 
-def run(quick: bool, runs: int | None = None, classes=None, seed: int = SEED) -> dict[str, Any]:
+def run(
+    quick: bool,
+    runs: int | None = None,
+    classes=None,
+    seed: int = SEED,
+    tail_margin: float | None = None,
+) -> dict[str, Any]:
     runs = runs or (40 if quick else 200)
     classes = tuple(CLASSES) if classes is None else tuple(classes)
     key = jax.random.key(seed)
@@ -341,10 +351,11 @@ def run(quick: bool, runs: int | None = None, classes=None, seed: int = SEED) ->
             continue  # each class keeps its own random stream (the index), with or without the others
         for d_index, (div, alphas) in enumerate(divergences(quick)):
             case_key = jax.random.fold_in(jax.random.fold_in(key, c_index), d_index)
-            records.extend(run_case(cls, div, alphas, quick, runs, case_key))
+            records.extend(run_case(cls, div, alphas, quick, runs, case_key, tail_margin))
     summary = summarise(records)
     return {
         "seed": seed,
+        "tail_margin": tail_margin,
         "runs_per_case": runs,
         "seconds": time.perf_counter() - t0,
         "summary": summary,
@@ -411,6 +422,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--classes", default=",".join(CLASSES), help=f"comma-separated subset of {tuple(CLASSES)}"
     )
     p.add_argument(
+        "--tail-margin",
+        type=float,
+        default=None,
+        help="the asymptotic bound's tail-check margin (default: the library's)",
+    )
+    p.add_argument(
         "--combine",
         nargs="+",
         default=None,
@@ -434,7 +451,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"--classes={args.classes!r} is invalid: a comma-separated subset of {tuple(CLASSES)}"
         )
     _common.setup_device(args.device)
-    payload = run(args.quick, args.runs, classes, args.seed)
+    payload = run(args.quick, args.runs, classes, args.seed, args.tail_margin)
     _common.print_table("lower-bound coverage", payload["summary"], COLUMNS)
     bad = [r for r in payload["summary"] if not r["meets_target"]]
     print(

@@ -154,7 +154,7 @@ def value_and_slope(
     The slope is the envelope theorem's partial derivative at the optimum (module docstring). Needs
     float64 (callers run it under ``jax.enable_x64``).
     """
-    pair = ex._as_pair(pair)
+    pair = ex.output_laws(pair)
     steps = check_int_at_least("steps", steps, 1)
     name, _ = ex._parse_divergence(divergence, None, "abs")
     if name not in ("kl", "renyi"):

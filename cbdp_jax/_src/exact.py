@@ -201,7 +201,9 @@ class NoisePair:
         return _Law1D("mixture", float(delta), weights, centres, self.direction == "remove")
 
 
-def laplace_pair(epsilon: float, sensitivity: float | Sequence[float] = 1.0) -> NoisePair:
+def laplace_pair(
+    epsilon: float, sensitivity: float | Sequence[float] = 1.0
+) -> mech.NeighbouringPair:
     """The Laplace mechanism's pair: P = Lap(0, 1/eps)^d, Q = Lap(v, 1/eps).
 
     Args:
@@ -220,7 +222,9 @@ def laplace_pair(epsilon: float, sensitivity: float | Sequence[float] = 1.0) -> 
     return _additive_pair(mech.LaplaceMechanism, {"epsilon": eps}, sensitivity)
 
 
-def gaussian_pair(sigma: float, sensitivity: float | Sequence[float] = 1.0) -> NoisePair:
+def gaussian_pair(
+    sigma: float, sensitivity: float | Sequence[float] = 1.0
+) -> mech.NeighbouringPair:
     """The Gaussian mechanism's pair: P = N(0, sigma^2 I_d), Q = N(v, sigma^2 I_d).
 
     Args:
@@ -244,7 +248,7 @@ def subsampled_gaussian_pair(
     sampling_rate: float,
     sensitivity: float | Sequence[float] = 1.0,
     direction: str = "remove",
-) -> NoisePair:
+) -> mech.NeighbouringPair:
     """One step of the Poisson-subsampled Gaussian mechanism (DP-SGD with a summed gradient).
 
     M = (1 - q) N(0, sigma^2 I) + q N(v, sigma^2 I) against G = N(0, sigma^2 I): direction
@@ -285,7 +289,7 @@ def subsampled_gaussian_pair(
     )
 
 
-def point_mass_pair(shift: float | Sequence[float] = 1.0) -> NoisePair:
+def point_mass_pair(shift: float | Sequence[float] = 1.0) -> mech.NeighbouringPair:
     """The non-private release: P = delta_0, Q = delta_shift (paper Lemma 2).
 
     Args:
@@ -426,10 +430,6 @@ def _subsampled_laws(pair: mech.NeighbouringPair, m) -> NoisePair:
         m.sampling_rate,
         direction,
     )
-
-
-def _as_pair(pair: Any) -> NoisePair:
-    return output_laws(pair)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1773,7 +1773,7 @@ def _restricted_many(
     n_starts: Any,
     tol: Any,
 ) -> list[ExactResult]:
-    pair = _as_pair(pair)
+    pair = output_laws(pair)
     name, convention = _parse_divergence(divergence, None, convention)
     if name in ("renyi", "alpha"):
         alphas = [check_alpha(a) for a in alphas]
@@ -2192,7 +2192,7 @@ def restricted_divergence_degrees(
       docs/theory/exact_solver.md (sections 2-5).
 
     """
-    pair = _as_pair(pair)
+    pair = output_laws(pair)
     name, convention = _parse_divergence(divergence, None, convention)
     if isinstance(divergence, Divergence) and alpha is None:
         alpha = divergence.alpha
@@ -2371,7 +2371,7 @@ def unrestricted_divergence(
       1.5
 
     """
-    pair = _as_pair(pair)
+    pair = output_laws(pair)
     name, _ = _parse_divergence(divergence, alpha, "abs")
     if isinstance(divergence, Divergence) and alpha is None:
         alpha = divergence.alpha

@@ -63,11 +63,11 @@ def init_ensemble(keys: jax.Array, trainer: Trainer, x_reference, learning_rate=
 
     ``learning_rate`` (the default optimiser's step size) may be set for every member at once.
     """
-    if learning_rate is None or not trainer.default_optimizer:
-        return _init_program(keys, x_reference, None, trainer=trainer)
-    return _init_program(
-        keys, x_reference, jnp.asarray(learning_rate, jnp.float32), trainer=trainer
-    )
+    if learning_rate is not None and trainer.default_optimizer:
+        learning_rate = jnp.asarray(learning_rate, jnp.float32)
+    else:
+        learning_rate = None
+    return _init_program(keys, x_reference, learning_rate, trainer=trainer)
 
 
 @functools.partial(jax.jit, static_argnames=("trainer",))

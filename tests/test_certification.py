@@ -178,6 +178,43 @@ def test_exact_linear_value_is_a_fixed_reference_for_the_coverage_benchmark():
     assert v == pytest.approx(0.7549, abs=1e-4)
 
 
+def test_kl_conservative_fit_matches_scoring_every_candidate():
+    """The KL refit scores its 41 constants c - k/4 from one pass (f* = exp(s - 1) scales by
+    exp(-d)); it must pick the constant a direct float64 evaluation of every candidate picks, on
+    light- and heavy-tailed validation outputs (the heavy ones move the choice away from k = 0)."""
+    import jax.numpy as jnp
+
+    from cbdp_jax._src.objectives import (
+        CONSERVATIVE_CANDIDATES,
+        conservative_fit,
+        objective_functions,
+    )
+
+    conj = objective_functions("dv", "kl", "abs").conjugate
+    rng = np.random.default_rng(3)
+    chosen = set()
+    for trial in range(40):
+        n = int(rng.integers(200, 5000))
+        slope = rng.uniform(0.05, 1.5)  # tail index of exp(h) under Q is 1 / slope
+        h_p = rng.laplace(1.0, 1.0, n) * slope
+        h_q = rng.laplace(0.0, 1.0, n) * slope
+        shift = rng.normal()
+        _, got = conservative_fit("dv", conj, jnp.asarray(h_p), jnp.asarray(h_q), 1.0, shift, 1.645)
+        # Direct evaluation of every candidate, in float64 numpy.
+        cands = shift - 0.25 * np.arange(CONSERVATIVE_CANDIDATES)
+        lcbs = []
+        for c in cands:
+            a, b = h_p + c, np.exp(h_q + c - 1.0)
+            se = np.sqrt(a.var(ddof=1) / n + b.var(ddof=1) / n)
+            lcbs.append(a.mean() - b.mean() - 1.645 * se)
+        lcbs = np.asarray(lcbs)
+        k_got = int(round((shift - float(got)) / 0.25))
+        # The same choice, or a tie within float32 rounding of the bounds.
+        assert lcbs[k_got] >= lcbs.max() - 1e-5 * (1.0 + abs(lcbs.max())), trial
+        chosen.add(k_got)
+    assert len(chosen) > 1  # the data exercised more than the closed-form point
+
+
 def test_conservative_fit_shrinks_a_heavy_tailed_scale_and_keeps_a_light_one():
     # Validation outputs h of a Renyi-4 critic: under Q a Pareto(1.2) tail makes |h|^(4/3) heavy, so
     # the best validation lower bound sits below the closed-form scale; a Gaussian h keeps it.

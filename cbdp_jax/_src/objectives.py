@@ -224,10 +224,7 @@ def conservative_fit(
     k = jnp.arange(CONSERVATIVE_CANDIDATES, dtype=dt)
     if kind == "dv":
         return _dv_conservative(h_p_val, h_q_val, scale, shift, z, k)
-    if kind == "renyi_scale_free":
-        scales, shifts = scale * 2.0 ** (-k / 2.0), jnp.full_like(k, shift)
-    else:
-        scales, shifts = jnp.full_like(k, scale), shift - 0.25 * k
+    scales, shifts = scale * 2.0 ** (-k / 2.0), jnp.full_like(k, shift)
 
     def lower_bound(candidate):
         t, c = candidate

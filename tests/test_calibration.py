@@ -172,6 +172,7 @@ def test_feature_map_classes_calibrate_like_the_classes_they_span():
     assert by_map.to_dict()["adversary"] == "feature_map"
 
 
+@pytest.mark.x64
 def test_exact_value_works_under_jit_and_vmap():
     cal = CASES[0]
     f = jax.jit(exact_value, static_argnums=1)

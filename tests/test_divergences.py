@@ -22,6 +22,7 @@ from cbdp_jax.divergences import (
 FINITE_CONJ = ["kl", "hellinger", "chi2", "js"]
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("name", FINITE_CONJ + ["tv"])
 @pytest.mark.parametrize("s", [-2.0, -0.4, 0.0, 0.3, 0.6])
 def test_conjugate_matches_numerical_sup(name, s):
@@ -53,6 +54,7 @@ def test_alpha_conjugates_both_conventions(alpha, s):
         assert float(div.conjugate(jnp.asarray(s))) == pytest.approx(-res.fun, rel=1e-6, abs=1e-8)
 
 
+@pytest.mark.x64
 def test_renyi_map_roundtrip_and_monotone():
     v = jnp.linspace(-0.02, 3.0, 50)  # alpha(alpha-1)v > -1 for every alpha below
     for a in (1.5, 2.0, 7.0):
@@ -63,6 +65,7 @@ def test_renyi_map_roundtrip_and_monotone():
     assert float(renyi_from_alpha(jnp.inf, 2.0)) == math.inf
 
 
+@pytest.mark.x64
 def test_dv_equals_kl_fform_at_optimal_shift():
     rng = np.random.default_rng(0)
     hp, hq = rng.normal(size=1000), rng.normal(0.3, 1.2, size=800)
@@ -76,6 +79,7 @@ def test_dv_equals_kl_fform_at_optimal_shift():
         assert variational_objective(div, hp + c + dc, hq + c + dc) < donsker_varadhan(hp, hq)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("convention", ["abs", "nonneg"])
 @pytest.mark.parametrize("alpha", [1.7, 4.0])
 def test_scale_free_renyi_equals_fform_at_optimal_scale(alpha, convention):

@@ -171,6 +171,7 @@ def test_the_trace_guard_catches_a_retrace(max_traces):
         )
 
 
+@pytest.mark.x64
 def test_float64_and_lbfgs_linear_class():
     p, q = _laplace_samples(12, 40_000)
     cfg = EstimatorConfig(steps=100, eval_every=10, ensemble=2, optimizer="lbfgs", dtype="float64")

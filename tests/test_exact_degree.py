@@ -347,6 +347,7 @@ def test_uncertified_value_inside_the_limit_is_refused_not_returned():
     assert not r.converged and r.reason and math.isfinite(r.value)
 
 
+@pytest.mark.x64
 def test_certificate_catches_a_wrong_optimum():
     """Negative control for the certificate: the same evaluation at a perturbed point is refused."""
     law = _exact._Law1D("laplace", 1.0)

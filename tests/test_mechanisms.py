@@ -94,7 +94,11 @@ def _raises_naming(name):
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [None, jnp.float64])
+# float64 parametrisations need x64 on (tests/conftest.py)
+DTYPES = [None, pytest.param(jnp.float64, marks=pytest.mark.x64)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_laplace_moments_and_ks(dtype):
     eps, centre = 0.7, np.array([0.5, -1.0])
     mech = LaplaceMechanism(epsilon=eps, sensitivity=(1.0, 2.0))
@@ -115,7 +119,7 @@ def test_laplace_moments_and_ks(dtype):
     assert abs(np.corrcoef(x[:, 0], x[:, 1])[0, 1]) < 5 / math.sqrt(N_BIG)
 
 
-@pytest.mark.parametrize("dtype", [None, jnp.float64])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gaussian_moments_and_ks(dtype):
     sigma, centre = 1.3, np.array([0.2, -0.3, 1.0])
     mech = GaussianMechanism(sigma=sigma, sensitivity=(1.0, 0.5, 2.0))
@@ -130,6 +134,7 @@ def test_gaussian_moments_and_ks(dtype):
         assert stats.kstest(x[:, i], stats.norm(loc=centre[i], scale=sigma).cdf).pvalue > 1e-4
 
 
+@pytest.mark.x64
 def test_laplace_and_gaussian_log_density_match_scipy():
     rng = np.random.default_rng(0)
     x = rng.normal(scale=3.0, size=(50, 2))
@@ -143,6 +148,7 @@ def test_laplace_and_gaussian_log_density_match_scipy():
     np.testing.assert_allclose(gau.log_density(centre, x), expected_gau, rtol=1e-12)
 
 
+@pytest.mark.x64
 @settings(max_examples=15, deadline=None)
 @given(
     eps=st.floats(0.05, 20.0),
@@ -168,6 +174,7 @@ def test_log_density_matches_scipy_for_random_parameters(eps, sens, scale):
     )
 
 
+@pytest.mark.x64
 def test_query_callable_computes_the_centre():
     mech = LaplaceMechanism(epsilon=2.0, query=lambda data: jnp.sum(data, keepdims=True))
     data = np.array([1.0, 2.0, 3.0])
@@ -215,6 +222,7 @@ def test_randomized_response_frequencies(k, true):
     )
 
 
+@pytest.mark.x64
 def test_randomized_response_log_density_exact():
     rr = RandomizedResponse(epsilon=1.0, k=4)
     points = np.vstack([np.eye(4), [[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]])
@@ -238,6 +246,7 @@ def test_randomized_response_with_traced_category():
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.x64
 def test_matrix_mechanism_mean_and_covariance():
     eps = 1.0
     mm = MatrixMechanism(workload=W_EX, strategy=A_EX, epsilon=eps)
@@ -259,6 +268,7 @@ def test_matrix_mechanism_mean_and_covariance():
     np.testing.assert_allclose(mm.reconstruction @ a, w, atol=1e-12)  # W A^+ A = W
 
 
+@pytest.mark.x64
 def test_matrix_mechanism_log_density_reduces_to_laplace():
     eps = 0.8
     rng = np.random.default_rng(1)
@@ -317,6 +327,7 @@ def test_mixture_component_frequency():
     assert abs(np.mean(x == 0.0) - weight) < 5 * math.sqrt(weight * (1 - weight) / n)
 
 
+@pytest.mark.x64
 def test_mixture_log_density_is_the_mixture_of_densities():
     lap, gau = LaplaceMechanism(epsilon=1.0), GaussianMechanism(sigma=1.5)
     mix = Mixture(first=lap, second=gau, weight=0.25)
@@ -331,6 +342,7 @@ def test_mixture_log_density_is_the_mixture_of_densities():
         Mixture(first=lap, second=NonPrivateRelease(), weight=0.5).log_density(0.0, x)
 
 
+@pytest.mark.x64
 def test_joint_release_shapes_slices_marginals_and_independence():
     lap, gau = LaplaceMechanism(epsilon=1.0), GaussianMechanism(sigma=1.0, sensitivity=(1, 1))
     joint = JointRelease(mechanisms=[lap, lap, gau])
@@ -353,6 +365,7 @@ def test_joint_release_shapes_slices_marginals_and_independence():
     assert abs(corr[0, 2]) < 5 / math.sqrt(n)
 
 
+@pytest.mark.x64
 def test_joint_release_log_density_is_the_sum():
     lap, gau = LaplaceMechanism(epsilon=2.0), GaussianMechanism(sigma=0.7, sensitivity=(1, 1))
     joint = JointRelease(mechanisms=(lap, gau))
@@ -377,6 +390,7 @@ def test_joint_release_rejects_bad_inputs():
         JointRelease(mechanisms=(LaplaceMechanism(epsilon=1.0), "laplace"))
 
 
+@pytest.mark.x64
 def test_post_processing_applies_g():
     lap = LaplaceMechanism(epsilon=1.0, sensitivity=(1.0, 1.0))
     g = np.array([[1.0, -1.0], [2.0, 0.5], [0.0, 3.0]])
@@ -400,6 +414,7 @@ def test_post_processing_rejects_wrong_shapes():
         bad.sample(KEY, np.zeros(2), 5)
 
 
+@pytest.mark.x64
 def test_black_box_sampler():
     bb = BlackBox(sampler=lambda k, d, n: d + jax.random.normal(k, (n, 2)), dim=2, name="mine")
     direct = 1.0 + jax.random.normal(KEY, (10, 2))  # float64 here (x64 on), op by op
@@ -452,14 +467,14 @@ def test_same_key_same_samples_and_different_keys_differ(case):
         assert not np.array_equal(a, c)
 
 
-JIT_CASES = [(c, None) for c in ALL] + [
-    (c, jnp.float64) for c in ALL if c[0] in ("laplace", "linear")
+JIT_CASES = [pytest.param(c, None, id=f"{c[0]}-f32") for c in ALL] + [
+    pytest.param(c, jnp.float64, id=f"{c[0]}-f64", marks=pytest.mark.x64)
+    for c in ALL
+    if c[0] in ("laplace", "linear")
 ]
 
 
-@pytest.mark.parametrize(
-    "case,dtype", JIT_CASES, ids=[f"{c[0]}-{'f64' if d else 'f32'}" for c, d in JIT_CASES]
-)
+@pytest.mark.parametrize("case,dtype", JIT_CASES)
 def test_sample_under_jit_and_scan_equals_eager(case, dtype):
     """One compiled scan over traced keys covers both jax.jit and lax.scan; results are bit-identical."""
     _, mech, data = case
@@ -491,6 +506,7 @@ def test_mechanisms_are_hashable_static_jit_arguments():
     )
 
 
+@pytest.mark.x64
 def test_dtype_handling():
     lap = LaplaceMechanism(epsilon=1.0)
     assert lap.sample(KEY, 0.0, 3).dtype == jnp.float32  # float32 by default, even with x64 on
@@ -545,6 +561,7 @@ def test_canonical_pair_refuses_what_it_cannot_define():
         )
 
 
+@pytest.mark.x64
 def test_neighbouring_pair_sampling():
     sens = np.array([1.0, 2.0])
     pair = canonical_pair(GaussianMechanism(sigma=1.0, sensitivity=sens))

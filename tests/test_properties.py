@@ -14,7 +14,6 @@ the level is raised where a false failure would otherwise be likely (stated per 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
@@ -139,7 +138,14 @@ def test_exact_symmetric_pairs_give_the_same_value_both_ways(pair, div, cls, shi
 # The estimator
 # --------------------------------------------------------------------------------------------------
 
-CFG = EstimatorConfig(steps=200, eval_every=20, ensemble=2, batch_size=1024, dtype="float64")
+
+# The estimator tests compare runs to 1e-8 or rely on float64 sums: they run with x64 on (marker), and
+# their configs are built inside the test, where x64 is on.
+def _config(**changes) -> EstimatorConfig:
+    fields = dict(steps=200, eval_every=20, ensemble=2, batch_size=1024, dtype="float64")
+    return EstimatorConfig(**{**fields, **changes})
+
+
 N = 4000
 
 
@@ -149,6 +155,7 @@ def _draw(family: str, scale: float, rng: np.random.Generator, shift: float, n: 
     return rng.normal(shift, scale, n)
 
 
+@pytest.mark.x64
 @EST_SETTINGS
 @given(
     family=st.sampled_from(["laplace", "gaussian"]),
@@ -161,7 +168,7 @@ def test_estimator_bound_covers_zero_when_p_equals_q(family, scale, div, seed):
     # f-scale bound at level 0.999 exceeds 0 with probability <= 0.1% for a correct estimator.
     rng = np.random.default_rng(seed)
     p, q = _draw(family, scale, rng, 0.0), _draw(family, scale, rng, 0.0)
-    cfg = dataclasses.replace(CFG, confidence=0.999)
+    cfg = _config(confidence=0.999)
     res = estimate_from_samples(
         jax.random.key(seed), p, q, adversary="linear", divergence=div[0], alpha=div[1], config=cfg
     )
@@ -169,6 +176,7 @@ def test_estimator_bound_covers_zero_when_p_equals_q(family, scale, div, seed):
     assert res.lower_bound == 0.0  # the reported bound is the f-scale bound clamped at 0
 
 
+@pytest.mark.x64
 @EST_SETTINGS
 @given(
     a=st.floats(math.log(0.01), math.log(100.0)).map(math.exp),
@@ -186,16 +194,18 @@ def test_linear_estimate_invariant_under_increasing_affine_reparametrisation(a, 
     rng = np.random.default_rng(seed)
     p, q = rng.laplace(0.0, 1.0, N), rng.laplace(1.0, 1.0, N)
     key = jax.random.key(seed)
-    kw = dict(adversary="linear", divergence=div[0], alpha=div[1], config=CFG)
+    kw = dict(adversary="linear", divergence=div[0], alpha=div[1], config=_config())
     base = estimate_from_samples(key, p, q, **kw)
     moved = estimate_from_samples(key, a * p + b, a * q + b, **kw)
     assert moved.estimate == pytest.approx(base.estimate, abs=1e-8)
     assert moved.std_error == pytest.approx(base.std_error, abs=1e-8)
 
 
-LBFGS = EstimatorConfig(steps=100, eval_every=20, ensemble=1, optimizer="lbfgs", dtype="float64")
+def _lbfgs_config() -> EstimatorConfig:
+    return EstimatorConfig(steps=100, eval_every=20, ensemble=1, optimizer="lbfgs", dtype="float64")
 
 
+@pytest.mark.x64
 @EST_SETTINGS
 @given(
     family=st.sampled_from(["laplace", "gaussian"]),
@@ -215,12 +225,15 @@ def test_linear_estimate_invariant_under_decreasing_affine_reparametrisation(fam
     rng = np.random.default_rng(seed)
     p, q = _draw(family, 1.0, rng, 0.0), _draw(family, 1.0, rng, 1.0)
     key = jax.random.key(seed)
-    base = estimate_from_samples(key, p, q, adversary="linear", config=LBFGS)
-    moved = estimate_from_samples(key, a * p + b, a * q + b, adversary="linear", config=LBFGS)
+    base = estimate_from_samples(key, p, q, adversary="linear", config=_lbfgs_config())
+    moved = estimate_from_samples(
+        key, a * p + b, a * q + b, adversary="linear", config=_lbfgs_config()
+    )
     tol = math.hypot(base.std_error, moved.std_error) + 0.01
     assert abs(moved.estimate - base.estimate) <= tol, (base.estimate, moved.estimate, tol)
 
 
+@pytest.mark.x64
 @EST_SETTINGS
 @given(
     family=st.sampled_from(["laplace", "gaussian"]),
@@ -236,7 +249,7 @@ def test_estimated_lower_bound_never_exceeds_the_unrestricted_value(
     # with probability <= 1% (much less where D^H < D strictly, e.g. every Laplace case).
     rng = np.random.default_rng(seed)
     p, q = _draw(family, scale, rng, 0.0), _draw(family, scale, rng, 1.0)
-    cfg = dataclasses.replace(CFG, confidence=0.99)
+    cfg = _config(confidence=0.99)
     res = estimate_from_samples(
         jax.random.key(seed),
         p,
@@ -253,20 +266,24 @@ def test_estimated_lower_bound_never_exceeds_the_unrestricted_value(
     assert res.lower_bound <= truth, (res.lower_bound, res.estimate, truth, res.warnings)
 
 
+@pytest.mark.x64
 @settings(deadline=None, max_examples=4, derandomize=True)
 @given(
     family=st.sampled_from(["laplace", "gaussian"]),
-    scale=st.floats(0.5, 2.0),
+    scale=st.floats(0.75, 2.0),
     seed=st.integers(0, 2**16),
 )
 def test_estimator_symmetric_pair_same_value_both_directions(family, scale, seed):
     # D(P, Q) = D(Q, P) for a shift pair of symmetric noise (see the exact test). both_directions
     # estimates each on the same split with the roles swapped; the estimates differ by sampling noise
     # and two optimisation gaps: 4 combined SE (a correct estimator leaves the band with probability
-    # < 1e-4) plus 0.01 for optimisation.
+    # < 1e-4) plus 0.01 for optimisation. Laplace scale >= 0.75 (eps <= 4/3): beyond it the linear KL
+    # term exp(h) under Q has infinite variance (docs/theory/bounds.md, "Heavy tails"), the standard
+    # errors do not describe the spread and no SE band holds (scale 0.5, seed 56: 0.86 against 0.41,
+    # band 0.24, the forward bound refused for its tail).
     rng = np.random.default_rng(seed)
     p, q = _draw(family, scale, rng, 0.0), _draw(family, scale, rng, 1.0)
-    cfg = dataclasses.replace(CFG, both_directions=True)
+    cfg = _config(both_directions=True)
     res = estimate_from_samples(jax.random.key(seed), p, q, adversary="linear", config=cfg)
     back = res.reverse
     assert back is not None and back.direction == "QP"

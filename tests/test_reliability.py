@@ -721,11 +721,13 @@ def _nan_paths(obj, path="result"):
 
 
 # d = 1000 costs ~20 s per dtype on the shared 2-core machine: float64 runs by default, float32 is slow.
+# float64 runs need x64 on: those parameters carry the x64 marker (tests/conftest.py).
 EST_PARAMS = [
-    pytest.param(name, dtype, id=f"{name}-{dtype}", marks=[pytest.mark.slow] if (name == "gaussian-d=1000" and dtype == "float32") else [])
+    pytest.param(name, dtype, id=f"{name}-{dtype}", marks=[pytest.mark.slow] if (name == "gaussian-d=1000" and dtype == "float32") else [pytest.mark.x64] if dtype == "float64" else [])
     for name in EST_EXTREMES
     for dtype in ("float32", "float64")
 ]  # fmt: skip
+DTYPES = ["float32", pytest.param("float64", marks=pytest.mark.x64)]
 
 
 @pytest.mark.parametrize("name, dtype", EST_PARAMS)
@@ -747,7 +749,7 @@ def test_estimator_at_extremes_has_no_nan_and_an_honest_bound(name, dtype):
 
 
 @pytest.mark.parametrize("name", ["laplace-eps=20", "gaussian-sigma=0.05"])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_estimator_far_below_a_huge_divergence_warns_it_has_not_converged(name, dtype):
     # Exact (lin, KL): 16.67 (Laplace eps = 20) and 200 (Gaussian sigma = 0.05), both above
     # log(n_test) = log(4000) = 8.3. 200 steps cannot reach them.
@@ -759,7 +761,7 @@ def test_estimator_far_below_a_huge_divergence_warns_it_has_not_converged(name, 
         assert any("not converged" in w for w in res.warnings), res.warnings
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_estimate_above_what_n_test_samples_can_certify_says_so(dtype):
     # 10 held-out samples can certify at most about log(10) - 1.8 = 0.5 with ANY finite-sample bound,
     # while the exact (lin, KL) is 200 and 200 steps reach > 2.5: the result must say so, and the
@@ -771,6 +773,7 @@ def test_estimate_above_what_n_test_samples_can_certify_says_so(dtype):
     assert res.lower_bound <= res.certifiable_max or not res.bound_reliable
 
 
+@pytest.mark.x64
 def test_alpha_conjugate_float32_is_not_nan_near_alpha_one():
     # Paper Lemma 3: f*(s) = C_a |s|^A + 1/(alpha^2 - alpha); for alpha = 1.01, s = 3 this is
     # 1e-202 * 3^101 + 99.0099 = 99.0099 (independent float64 evaluation in log space).
@@ -783,6 +786,7 @@ def test_alpha_conjugate_float32_is_not_nan_near_alpha_one():
     assert f64 == pytest.approx(ref, rel=1e-12)
 
 
+@pytest.mark.x64
 def test_alpha_conjugate_float32_matches_float64_near_alpha_one():
     conj = get_divergence("renyi", alpha=1.01).conjugate
     s = np.array([0.5, 3.0, 10.0])
@@ -880,15 +884,18 @@ def _canon(text: str) -> str:
     return json.dumps(_strip(json.loads(text)), sort_keys=True)
 
 
-REPRO_CONFIG = EstimatorConfig(**EXT_CONFIG, dtype="float64", both_directions=True)
+def _repro_config() -> EstimatorConfig:
+    # float64 (the tests using it are marked x64): built inside the test, where x64 is on
+    return EstimatorConfig(**EXT_CONFIG, dtype="float64", both_directions=True)
 
 
 def _repro_run(key):
     return estimate(
-        key, LaplaceMechanism(epsilon=1.0), samples=4000, adversary="linear", config=REPRO_CONFIG
+        key, LaplaceMechanism(epsilon=1.0), samples=4000, adversary="linear", config=_repro_config()
     )
 
 
+@pytest.mark.x64
 def test_same_seed_gives_bit_identical_json():
     a = _repro_run(jax.random.key(11))
     b = _repro_run(jax.random.key(11))
@@ -899,6 +906,7 @@ def test_same_seed_gives_bit_identical_json():
     assert c.estimate != a.estimate  # the comparison can fail: another seed gives other numbers
 
 
+@pytest.mark.x64
 def test_result_records_seed_versions_device_and_full_config_enough_to_rerun():
     key = jax.random.key(11)
     res = _repro_run(key)
@@ -915,7 +923,7 @@ def test_result_records_seed_versions_device_and_full_config_enough_to_rerun():
         if name == "split":  # applies only to estimate_from_samples: not recorded here
             assert name not in cfg
             continue
-        want = getattr(REPRO_CONFIG, name)
+        want = getattr(_repro_config(), name)
         assert cfg[name] == (list(want) if isinstance(want, tuple) else want), name
     # the counts actually used: training, validation (default samples // 4, at least 1000), test
     assert res.samples == {"train_p": 4000, "train_q": 4000, "val_p": 1000, "val_q": 1000,

@@ -39,6 +39,7 @@ S_GRID = (0.3, 0.8, 1.0, 2.0, 5.0)
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.x64
 def test_sampler_matches_the_mixture_moments():
     mech = SubsampledGaussianMechanism(sigma=0.7, sampling_rate=0.3, sensitivity=(2.0,))
     pair = canonical_pair(mech)
@@ -52,6 +53,7 @@ def test_sampler_matches_the_mixture_moments():
     assert pair.swapped().dataset.shape == (0, 1)
 
 
+@pytest.mark.x64
 def test_log_density_is_the_subset_mixture():
     mech = SubsampledGaussianMechanism(sigma=1.5, sampling_rate=0.2)
     x = jnp.linspace(-4.0, 6.0, 7)[:, None]

@@ -89,6 +89,7 @@ def test_other_prng_implementations_train_to_the_exact_value_and_keys_must_match
         evaluate_sweep(jax.random.key(3), training)
 
 
+@pytest.mark.x64
 def test_traced_alpha_gives_the_closed_forms_of_the_float_alpha():
     """One compiled function over an alpha grid equals the closed forms at each order.
 

@@ -6,6 +6,7 @@ stderr, without a traceback.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -1176,6 +1177,21 @@ def reproduce_cmd(
     outcome = reproduce(name, out, quick=quick, restart=restart, processes=processes)
     if not outcome.ok:
         raise typer.Exit(1)
+
+
+def _reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph on one line, so the terminal wraps it.
+
+    Typer's rich help keeps single newlines, which broke lines mid-sentence at any width but the
+    source's.
+    """
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+for _command in app.registered_commands:
+    if _command.help is None and _command.callback is not None and _command.callback.__doc__:
+        _command.help = _reflowed(_command.callback.__doc__)
 
 
 def main() -> None:

@@ -115,6 +115,63 @@ def test_laplace_eps2_linear_kl_heavy_tail_is_shrunk_and_a_light_one_is_not():
     assert light.tail_shrink == 1.0 and light.bound_reliable
 
 
+def _shrink_problem(rng, eps: float, slope: float, n: int = 8192):
+    """Raw linear-critic outputs h = slope * x on Laplace validation / fit samples (P at 1, Q at 0)."""
+    h_p = slope * rng.laplace(1.0, 1.0 / eps, n)
+    h_q = slope * rng.laplace(0.0, 1.0 / eps, n)
+    h_fit = slope * rng.laplace(0.0, 1.0 / eps, n)
+    return h_p, h_q, h_fit
+
+
+@pytest.mark.parametrize("divergence, alpha, kind", [("kl", None, "dv"), ("renyi", 2.0, "fform")])
+def test_traced_shrink_picks_what_the_host_shrink_picks(divergence, alpha, kind):
+    # The sweep shrinks inside its compiled program, the estimator on the host: one rule, two
+    # implementations, which must choose the same member on continuous samples. 12 problems with tail
+    # indices eps / slope from 1.1 to 6 (shrinks from 1 to ~0.3); the chosen t must agree exactly (same
+    # grid) and the scale / constant to float32 rounding.
+    div = get_divergence(divergence, alpha=alpha)
+    need = certification.tail_target(100_000, 0.0)
+    rng = np.random.default_rng(0)
+    traced = jax.jit(
+        lambda hp, hq, hf: certification.shrink_for_tails_traced(
+            div, alpha, kind, h_val_p=hp, h_val_q=hq, h_fit_q=hf, scale=1.0, shift=0.0, need=need
+        )
+    )
+    shrinks = []
+    for eps, slope in [
+        (1.0, 0.4142),
+        (2.0, 0.236),
+        (3.0, 0.5),
+        (0.5, 0.1),
+        (1.0, 0.9),
+        (2.0, 1.8),
+    ] * 2:
+        h_p, h_q, h_fit = _shrink_problem(rng, eps, slope)
+        host = certification.shrink_for_tails(
+            div, kind, h_val_p=h_p, h_val_q=h_q, h_fit_q=h_fit, scale=1.0, shift=0.0, need=need
+        )
+        f32 = [np.asarray(a, np.float32) for a in (h_p, h_q, h_fit)]
+        got = [float(v) for v in traced(*f32)]
+        assert got[2] == pytest.approx(host[2], rel=1e-6), (eps, slope, host, got)
+        np.testing.assert_allclose(got[:2], host[:2], rtol=1e-4, atol=1e-5)
+        shrinks.append(host[2])
+    # KL's exponential conjugate: the problems exercise both branches, no shrink and a strong one.
+    # (A power conjugate keeps the tail index of h under scaling, so Renyi's check is all or nothing.)
+    assert max(shrinks) == 1.0
+    if kind == "dv":
+        assert min(shrinks) < 0.6
+
+
+def test_traced_shrink_refuses_to_move_when_no_member_clears_the_check():
+    # Negative control: an unreachable index (1e6) leaves the critic as it was, t = 1, as on the host.
+    div = get_divergence("kl")
+    h_p, h_q, h_fit = _shrink_problem(np.random.default_rng(1), 2.0, 1.0)
+    s, c, t = certification.shrink_for_tails_traced(
+        div, None, "dv", h_val_p=h_p, h_val_q=h_q, h_fit_q=h_fit, scale=1.0, shift=0.25, need=1e6
+    )
+    assert (float(s), float(c), float(t)) == (1.0, 0.25, 1.0)
+
+
 def test_results_say_which_guarantee_and_what_they_bound():
     res = estimate(
         jax.random.key(4),

@@ -296,6 +296,93 @@ def shrink_for_tails(
     return scale, shift, 1.0
 
 
+def _hill_lower_traced(t: jax.Array, centre, k: int, z: float) -> jax.Array:
+    """Hill's index of |t - centre| on its k + 1 largest values, minus z index / sqrt(k). Traceable.
+
+    As :func:`.tails.hill` for a continuous sample; a sample whose k + 1 largest deviations tie or
+    vanish (no tail to estimate) gets an infinite index, as there.
+    """
+    y = jax.lax.top_k(jnp.abs(t - centre), k + 1)[0]
+    threshold = y[k]
+    safe = jnp.where(threshold > 0, threshold, 1.0)
+    gamma = jnp.mean(jnp.log(jnp.where(threshold > 0, y[:k], 1.0) / safe))
+    index = jnp.where(
+        (threshold > 0) & (gamma > 0), 1.0 / jnp.where(gamma > 0, gamma, 1.0), jnp.inf
+    )
+    return index * (1.0 - z / math.sqrt(k))
+
+
+def _heavy_share_traced(t_q: jax.Array) -> jax.Array:
+    """The largest single term's share of the centred sum of squares (``HeldOut.heavy_tail_share``)."""
+    dev2 = (t_q - jnp.mean(t_q)) ** 2
+    m2 = jnp.sum(dev2)
+    return jnp.where(m2 > 0, jnp.max(dev2) / jnp.where(m2 > 0, m2, 1.0), 0.0)
+
+
+def shrink_for_tails_traced(
+    div: Divergence,
+    alpha,
+    kind: str,
+    *,
+    h_val_p: jax.Array,
+    h_val_q: jax.Array,
+    h_fit_q: jax.Array,
+    scale,
+    shift,
+    need: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`shrink_for_tails` for one member inside a compiled program (the sweep vmaps it).
+
+    The same rule on the same grid: the largest t whose critic ``t * scale * h + c`` (c refitted on
+    ``h_fit_q`` for KL's Donsker-Varadhan objective, else ``t * shift``) has finite validation terms,
+    both validation tail indices' one-sided lower limits at least ``need`` and no validation term
+    carrying more than ``UNRELIABLE_SHARE`` of the variance of f*(h); ``(scale, shift, 1)`` when none
+    passes. Every grid value is evaluated (no early exit), which costs 40 passes over the validation
+    sample. For continuous samples it picks what the host version picks (``tests/test_certification.py``).
+
+    Args:
+      div: The divergence (its conjugate takes the traced order ``alpha``).
+      alpha: The order (ignored by KL).
+      kind: The training objective's kind (``'dv'`` refits the KL constant).
+      h_val_p: Raw class outputs on the validation P sample, ``[n]``.
+      h_val_q: Raw class outputs on the validation Q sample, ``[n]``.
+      h_fit_q: Raw class outputs on the Q sample the constant is fitted on.
+      scale: The fitted scale.
+      shift: The fitted shift.
+      need: The index both lower limits must reach (:func:`tail_target`).
+
+    Returns:
+      ``(scale, shift, t)`` of the chosen member.
+
+    """
+    h_val_p, h_val_q, h_fit_q = (jnp.asarray(h) for h in (h_val_p, h_val_q, h_fit_q))
+    k = tails.default_k(h_val_p.shape[-1])
+    z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
+    grid = jnp.asarray(_SHRINK_GRID, h_val_p.dtype)
+
+    def candidate(t):
+        s = t * scale
+        c = kl_optimal_shift(s * h_fit_q).astype(s.dtype) if kind == "dv" else t * shift
+        t_p = s * h_val_p + c
+        t_q = div.conjugate(s * h_val_q + c, alpha)
+        finite = jnp.all(jnp.isfinite(t_p)) & jnp.all(jnp.isfinite(t_q))
+        low = jnp.minimum(
+            _hill_lower_traced(t_p, jnp.median(t_p), k, z), _hill_lower_traced(t_q, 0.0, k, z)
+        )
+        ok = finite & (low >= need) & (_heavy_share_traced(t_q) <= UNRELIABLE_SHARE)
+        return ok, s, c
+
+    ok, s, c = jax.lax.map(candidate, grid)
+    first = jnp.argmax(ok)
+    found = jnp.any(ok)
+    one = jnp.ones((), grid.dtype)
+    return (
+        jnp.where(found, s[first], scale),
+        jnp.where(found, c[first], shift),
+        jnp.where(found, grid[first], one),
+    )
+
+
 def _sample_held_out(t_p: np.ndarray, t_q: np.ndarray) -> ho.HeldOut:
     """Held-out statistics of two whole (validation) samples of the terms, for the tail check."""
     cp, cq = centres_of(t_p)

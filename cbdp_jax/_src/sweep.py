@@ -84,6 +84,8 @@ from cbdp_jax._src.certification import (
     diagnostics,
     predicted_bound_from_moments,
     resolve_guarantee,
+    shrink_for_tails_traced,
+    tail_target,
 )
 from cbdp_jax._src.core import (
     Trainer,
@@ -261,6 +263,7 @@ class _Static(NamedTuple):
     batch_size: int
     val_samples: int
     shared_noise: bool
+    tail_need: float = 0.0
 
 
 class MemberInputs(NamedTuple):
@@ -300,6 +303,8 @@ class MemberTraining(NamedTuple):
         held-out tail sketches), ``[M, 2]``.
       val_z: Moments and pair moments of the fitted function's paired validation differences (to
         choose each member's finite-sample method before the test samples are drawn).
+      tail_shrink: The factor t applied to the fitted critic on validation data so that its tails
+        clear the asymptotic bound's check (``scale`` and ``shift`` are after it), ``[M]``; 1: none.
 
     """
 
@@ -313,6 +318,7 @@ class MemberTraining(NamedTuple):
     val_curve: Any
     centres: Any
     val_z: Any
+    tail_shrink: Any
 
 
 class TrainedBatch(NamedTuple):
@@ -496,6 +502,25 @@ def _train_batch(
 
     rest = state.rest
     scale, shift = jax.vmap(member_fit)(best_p, rest, inputs, fit_x, val_x)
+    shrink = jnp.ones_like(scale)
+    if static.tail_need > 0:
+
+        def member_shrink(p_, r_, inp, xf, xv, sc, sh):
+            return shrink_for_tails_traced(
+                div,
+                inp.alpha.astype(dt),
+                static.objective,
+                h_val_p=trainer.apply(p_, r_, xv[0]),
+                h_val_q=trainer.apply(p_, r_, xv[1]),
+                h_fit_q=trainer.apply(p_, r_, xf[1]),
+                scale=sc,
+                shift=sh,
+                need=static.tail_need,
+            )
+
+        scale, shift, shrink = jax.vmap(member_shrink)(
+            best_p, rest, inputs, fit_x, val_x, scale, shift
+        )
 
     def validation_stats(p_, r_, inp, x, sc, sh):
         t_p = sc * trainer.apply(p_, r_, x[0]) + sh
@@ -507,7 +532,7 @@ def _train_batch(
 
     cent, val_z = jax.vmap(validation_stats)(best_p, rest, inputs, val_x, scale, shift)
     return MemberTraining(
-        best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent, val_z
+        best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent, val_z, shrink
     )
 
 
@@ -811,10 +836,22 @@ def _plan(
             batch_size=config.batch_size,
             val_samples=config.val_samples,
             shared_noise=config.shared_noise,
+            tail_need=_tail_need(tuple(members[i].adversary for i in idx), config),
         )
         group_specs = tuple(dict.fromkeys(members[i].adversary for i in idx))
         out.append(_Group(static, group_specs, tuple(idx)))
     return _Plan(members, tuple(out), divergence, convention, config, key_impl)
+
+
+def _tail_need(specs: Sequence[AdversarySpec], config: SweepConfig) -> float:
+    """The tail index a group's critics are shrunk to clear on validation data (0: no shrink).
+
+    As in the estimator: only for cones (t h stays in the class) under the asymptotic guarantee.
+    """
+    asymptotic = all(resolve_guarantee(config.guarantee, s) == "asymptotic" for s in specs)
+    if not (asymptotic and all(s.is_cone for s in specs)):
+        return 0.0
+    return tail_target(config.test_samples, config.tail_margin)
 
 
 def _batches(members: Sequence[int], max_batch: int, n_devices: int) -> Iterator[tuple[int, ...]]:
@@ -1019,6 +1056,7 @@ def _row(
     plan: _Plan,
     objective: str,
     method: str,
+    tail_shrink: float = 1.0,
 ) -> dict[str, Any]:
     config = plan.config
     div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)
@@ -1050,6 +1088,7 @@ def _row(
         "bounds": describe(div, member.adversary.label),
         "tail_index_p": check.index_p,
         "tail_index_q": check.index_q,
+        "tail_shrink": tail_shrink,
         "confidence": config.confidence,
         "test_samples": int(min(float(held.p.count), float(held.q.count))),
         "val_objective": best_value,
@@ -1063,6 +1102,7 @@ def _batch_rows(batch: TrainedBatch, plan: _Plan, held: held_out.HeldOut) -> lis
     out = batch.output
     best, finite, curves = _to_host(out.best_value), _to_host(out.finite), _to_host(out.val_curve)
     scale, shift = _to_host(out.scale), _to_host(out.shift)
+    shrink = _to_host(out.tail_shrink)
     methods = _member_methods(batch, plan)
     return [
         _row(
@@ -1076,6 +1116,7 @@ def _batch_rows(batch: TrainedBatch, plan: _Plan, held: held_out.HeldOut) -> lis
             plan=plan,
             objective=batch.static.objective,
             method=methods[j],
+            tail_shrink=float(shrink[j]),
         )
         for j, i in enumerate(batch.members[: batch.n_real])
     ]

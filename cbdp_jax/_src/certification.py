@@ -337,8 +337,10 @@ def shrink_for_tails_traced(
     ``h_fit_q`` for KL's Donsker-Varadhan objective, else ``t * shift``) has finite validation terms,
     both validation tail indices' one-sided lower limits at least ``need`` and no validation term
     carrying more than ``UNRELIABLE_SHARE`` of the variance of f*(h); ``(scale, shift, 1)`` when none
-    passes. Every grid value is evaluated (no early exit), which costs 40 passes over the validation
-    sample. For continuous samples it picks what the host version picks (``tests/test_certification.py``).
+    passes. The grid is walked in a ``while_loop`` that stops at the first member that passes (one
+    pass over the validation sample for a light-tailed critic; under ``vmap`` the batch walks until
+    its last member has stopped). For continuous samples it picks what the host version picks
+    (``tests/test_certification.py``).
 
     Args:
       div: The divergence (its conjugate takes the traced order ``alpha``).
@@ -372,14 +374,23 @@ def shrink_for_tails_traced(
         ok = finite & (low >= need) & (_heavy_share_traced(t_q) <= UNRELIABLE_SHARE)
         return ok, s, c
 
-    ok, s, c = jax.lax.map(candidate, grid)
-    first = jnp.argmax(ok)
-    found = jnp.any(ok)
+    def walk(state):
+        i, _, _, _, _ = state
+        ok, s, c = candidate(grid[i])
+        return i + 1, ok, s, c, grid[i]
+
+    def more(state):
+        i, found, _, _, _ = state
+        return (i < grid.shape[0]) & ~found
+
+    like = jnp.zeros((), grid.dtype)
+    start = (0, jnp.zeros((), bool), like + scale, like + shift, like + 1.0)
+    _, found, s, c, t = jax.lax.while_loop(more, walk, start)
     one = jnp.ones((), grid.dtype)
     return (
-        jnp.where(found, s[first], scale),
-        jnp.where(found, c[first], shift),
-        jnp.where(found, grid[first], one),
+        jnp.where(found, s, scale).astype(grid.dtype),
+        jnp.where(found, c, shift).astype(grid.dtype),
+        jnp.where(found, t, one),
     )
 
 

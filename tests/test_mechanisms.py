@@ -721,6 +721,7 @@ def test_nonprivate_release_has_no_density():
         NonPrivateRelease().log_density(0.0, np.zeros((2, 1)))
 
 
+@pytest.mark.x64
 def test_canonical_pair_from_uniforms_has_the_mechanisms_laws():
     """The sweep's sampler (moved here): P = M(0), Q = M(v) with the right scale for both families."""
     from cbdp_jax._src.mechanisms import canonical_pair_from_uniforms, pair_uniforms

@@ -61,6 +61,13 @@ UNIT_SECONDS: dict[str, dict[str, dict[str, float]]] = {
         "quick": {"gamma": 6.0, "library": 4.0, "finish": 2.0},
         "full": {"gamma": 45.0, "library": 40.0, "finish": 3.0},
     },
+    "calibration": {"full": {"all": 15.0}},
+    # Full: 36 estimates took 1,181 s as one unit (2026-11-24, 2 loaded cores) before the per-estimate
+    # split; the 20 MLP and 16 poly_2 units are tabled to add up to it.
+    "adaptive_composition": {
+        "quick": {"mlp": 3.0, "poly": 1.5, "finish": 2.0},
+        "full": {"mlp": 45.0, "poly": 15.0, "finish": 3.0},
+    },
 }
 
 DEFAULT_SECONDS = 30.0

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,13 +38,17 @@ import numpy as np
 
 from cbdp_jax._src.mechanisms import Mechanism
 from cbdp_jax.experiments._common import (
+    StoredEstimate,
     Timer,
     budget_summary,
     check,
+    config_from_dict,
     estimator_config,
+    estimator_dict,
     pyplot,
     save_outputs,
 )
+from cbdp_jax.experiments._units import Unit, run_experiment
 
 NAME = "adaptive_composition"
 Q_RATE = 0.5
@@ -115,73 +120,131 @@ def _step_exact(divergence: str, alpha: float | None, direction: str) -> float:
     return exact.restricted_divergence(pair, divergence, "poly", degree=2, alpha=alpha).value
 
 
+SEED = 2024_1113
+FULL_STEPS = 3000
+
+
+def _samples(quick: bool) -> int:
+    return 20_000 if quick else 400_000
+
+
+def _grid(quick: bool):
+    """(horizons, directions, divergence settings) of the experiment."""
+    horizons = (2,) if quick else (2, 3)
+    directions = ("remove",) if quick else ("remove", "add")
+    settings = (("kl", None),) if quick else (("kl", None), ("renyi", 2.0))
+    return horizons, directions, settings
+
+
+def _unit_id(
+    direction: str, divergence: str, alpha, steps: int, adversary: str, adaptive: bool
+) -> str:
+    div = "KL" if divergence == "kl" else f"Renyi(alpha={alpha:g})"
+    release = "adaptive" if adaptive else "fixed"
+    return f"{direction}|{div}|T={steps}|{adversary}|{release}"
+
+
+def plan(quick: bool) -> list[Unit]:
+    """One unit per estimate: each (direction, divergence)'s one-step MLP estimate, then every joint one.
+
+    The fold index of each unit's key is its position in this order (the order the experiment ran its
+    estimates in before it was split into units, so the numbers did not change).
+    """
+    horizons, directions, settings = _grid(quick)
+    base = {
+        "quick": quick,
+        "seed": SEED,
+        "samples": _samples(quick),
+        "estimator": estimator_dict(estimator_config(quick, full_steps=FULL_STEPS)),
+    }
+    units, fold = [], 0
+
+    def add(direction, divergence, alpha, steps, adversary, adaptive):
+        nonlocal fold
+        fold += 1
+        config = {**base, "direction": direction, "divergence": divergence, "alpha": alpha,
+                  "steps": steps, "adversary": adversary, "adaptive": adaptive, "fold": fold}  # fmt: skip
+        uid = _unit_id(direction, divergence, alpha, steps, adversary, adaptive)
+        units.append(Unit(id=uid, config=config, kind=adversary))
+
+    for direction in directions:
+        for divergence, alpha in settings:
+            add(direction, divergence, alpha, 1, "mlp", False)
+            for steps in horizons:
+                for adversary in ("poly", "mlp"):
+                    for adaptive in (True, False):
+                        add(direction, divergence, alpha, steps, adversary, adaptive)
+    return units
+
+
+def compute(config: dict) -> dict:
+    """One held-out estimate on one T-step release (a unit of :func:`plan`)."""
+    from cbdp_jax.estimator import estimate
+
+    poly = config["adversary"] == "poly"
+    res = estimate(
+        jax.random.fold_in(jax.random.key(config["seed"]), config["fold"]),
+        _pair(config["steps"], config["adaptive"], config["direction"]),
+        samples=config["samples"],
+        adversary=config["adversary"],
+        divergence=config["divergence"],
+        alpha=config["alpha"],
+        config=config_from_dict(config["estimator"]),
+        **({"degree": 2} if poly else {"width": 64, "depth": 2}),
+    )
+    return StoredEstimate.from_result(res).to_dict()
+
+
 def run(out_dir: str | Path, *, quick: bool = False) -> dict:
-    """Runs the adaptive-composition experiment; writes adaptive_composition.png / .csv / .json.
+    """Runs the adaptive-composition experiment (resumable); writes adaptive_composition.png/.csv/.json.
 
     Args:
-      out_dir: Output folder.
+      out_dir: Output folder; units are kept under ``out_dir/.units/adaptive_composition-{quick,full}``.
       quick: T = 2, direction 'remove', KL only, small samples.
 
     Returns:
       The summary with its ``checks`` and ``finding``.
 
     """
+    return run_experiment(sys.modules[__name__], out_dir, quick=quick)
+
+
+def finish(out_dir: str | Path, results: dict, *, quick: bool, seconds: float = 0.0) -> dict:
+    """Checks, finding, figure and outputs from the units' results (``unit id -> stored estimate``)."""
     plt = pyplot()
-    config = estimator_config(quick, full_steps=3000)
-    samples = 20_000 if quick else 400_000
     with Timer() as timer:
-        rows = _rows(quick, config, samples)
-    checks = _checks(rows)
-    finding = _finding(rows)
-    checks.append(check("finding recorded (reported either way)", True, finding))
-    fig = _figure(plt, rows)
+        rows = _rows(quick, results)
+        checks = _checks(rows)
+        finding = _finding(rows)
+        checks.append(check("finding recorded (reported either way)", True, finding))
+        fig = _figure(plt, rows)
     summary = {
         "checks": checks,
         "finding": finding,
         "quick": quick,
-        "samples": samples,
-        "config": budget_summary(config),
-        "seconds": timer.seconds,
+        "samples": _samples(quick),
+        "config": budget_summary(estimator_config(quick, full_steps=FULL_STEPS)),
+        "seconds": seconds + timer.seconds,
     }
     return save_outputs(out_dir, NAME, rows=rows, summary=summary, figure=fig)
 
 
-def _rows(quick: bool, config: Any, samples: int) -> list[dict[str, Any]]:
+def _rows(quick: bool, results: dict) -> list[dict[str, Any]]:
     """Every joint estimate beside the sum of its per-step values, one row each."""
-    from cbdp_jax.estimator import estimate
+    horizons, directions, settings = _grid(quick)
 
-    horizons = (2,) if quick else (2, 3)
-    directions = ("remove",) if quick else ("remove", "add")
-    settings = (("kl", None),) if quick else (("kl", None), ("renyi", 2.0))
-    key = jax.random.key(2024_1113)
-    counter = 0
+    def stored(*key) -> StoredEstimate:
+        return StoredEstimate.from_dict(results[_unit_id(*key)])
+
     rows: list[dict[str, Any]] = []
-
-    def run_estimate(pair, adversary: str, divergence: str, alpha: float | None):
-        nonlocal counter
-        counter += 1
-        opts = {"degree": 2} if adversary == "poly" else {"width": 64, "depth": 2}
-        return estimate(
-            jax.random.fold_in(key, counter),
-            pair,
-            samples=samples,
-            adversary=adversary,
-            divergence=divergence,
-            alpha=alpha,
-            config=config,
-            **opts,
-        )
-
     for direction in directions:
         for divergence, alpha in settings:
             step_poly = _step_exact(divergence, alpha, direction)
-            step_mlp = run_estimate(_pair(1, False, direction), "mlp", divergence, alpha)
+            step_mlp = stored(direction, divergence, alpha, 1, "mlp", False)
             for steps in horizons:
                 for adversary in ("poly", "mlp"):
                     for adaptive in (True, False):
-                        res = run_estimate(
-                            _pair(steps, adaptive, direction), adversary, divergence, alpha
-                        )
+                        res = stored(direction, divergence, alpha, steps, adversary, adaptive)
                         if adversary == "poly":
                             total, total_se = steps * step_poly, 0.0
                         else:

@@ -69,3 +69,24 @@ def test_adaptive_composition_is_checkpointed_per_estimate(tmp_path):
     second = ac.run(tmp_path, quick=True)
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / ".units").rglob("*.json")} == stamps
     assert first["finding"] == second["finding"]
+
+
+def test_adaptive_composition_row_of_a_failed_estimate_has_no_nan():
+    # The full run's Renyi-2 MLP estimates came out -inf with an infinite SE (training failed; the
+    # bound was refused); their z was -inf / inf = NaN. Now: None, and the finding names them.
+    import math
+    from types import SimpleNamespace
+
+    from cbdp_jax.experiments import adaptive_composition as ac
+
+    def res(estimate, se):
+        return SimpleNamespace(
+            estimate=estimate, std_error=se, lower_bound=0.0, divergence="KL", warnings=()
+        )
+
+    failed = ac._row(res(-math.inf, math.inf), "remove", "mlp", 2, True, 1.0, 0.1)
+    ok = ac._row(res(1.5, 0.1), "remove", "mlp", 2, False, 1.0, 0.1)
+    assert failed["z"] is None and ok["z"] == pytest.approx(0.5 / math.hypot(0.1, 0.1))
+    finding = ac._finding([failed, ok])
+    assert "1 rows without a comparison" in finding and "T=2 adaptive" in finding
+    assert "nan" not in finding.lower()

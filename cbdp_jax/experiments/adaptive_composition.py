@@ -281,9 +281,16 @@ def _row(
         "sum_kind": "exact" if adversary == "poly" else "estimated",
         "excess": excess,
         "excess_se": se,
-        "z": excess / se if se > 0 else math.inf,
+        "z": _z(excess, se),
         "warnings": " | ".join(res.warnings),
     }
+
+
+def _z(excess: float, se: float) -> float | None:
+    """The excess in standard errors; None where it has no value (a failed, infinite estimate)."""
+    if not (math.isfinite(excess) and math.isfinite(se)):
+        return None
+    return excess / se if se > 0 else math.copysign(math.inf, excess)
 
 
 def _checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -304,8 +311,8 @@ def _checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _finding(rows: list[dict[str, Any]]) -> str:
     """How many adaptive cases (and non-adaptive controls) exceed the sum by more than 3 SE."""
-    adaptive_exceed = [r for r in rows if r["release"] == "adaptive" and r["z"] > 3]
-    control_exceed = [r for r in rows if r["release"] == "non-adaptive" and r["z"] > 3]
+    adaptive_exceed = [r for r in rows if r["release"] == "adaptive" and (r["z"] or 0.0) > 3]
+    control_exceed = [r for r in rows if r["release"] == "non-adaptive" and (r["z"] or 0.0) > 3]
     return (
         f"{len(adaptive_exceed)} of {sum(r['release'] == 'adaptive' for r in rows)} adaptive cases exceed "
         "the sum of per-step values by more than 3 SE"
@@ -330,7 +337,20 @@ def _finding(rows: list[dict[str, Any]]) -> str:
             if control_exceed
             else ""
         )
+        + _failed(rows)
     )
+
+
+def _failed(rows: list[dict[str, Any]]) -> str:
+    """The rows whose excess has no value (an infinite estimate: the training failed), by name."""
+    bad = [r for r in rows if r["z"] is None]
+    if not bad:
+        return ""
+    names = "; ".join(
+        f"{r['direction']} {r['divergence']} {r['class']} T={r['steps']} {r['release']}"
+        for r in bad
+    )
+    return f"; {len(bad)} rows without a comparison (an infinite estimate or SE: {names})"
 
 
 def _figure(plt: Any, rows: list[dict[str, Any]]) -> Any:

@@ -502,35 +502,37 @@ def _train_batch(
 
     rest = state.rest
     scale, shift = jax.vmap(member_fit)(best_p, rest, inputs, fit_x, val_x)
+
+    # The class's raw outputs on the validation samples, once: the shrink and the statistics use them.
+    hv_p, hv_q = jax.vmap(functools.partial(_outputs, static))(best_p, rest, val_x)
     shrink = jnp.ones_like(scale)
     if static.tail_need > 0:
 
-        def member_shrink(p_, r_, inp, xf, xv, sc, sh):
+        def member_shrink(inp, hp, hq, hf_q, sc, sh):
             return shrink_for_tails_traced(
                 div,
                 inp.alpha.astype(dt),
                 static.objective,
-                h_val_p=trainer.apply(p_, r_, xv[0]),
-                h_val_q=trainer.apply(p_, r_, xv[1]),
-                h_fit_q=trainer.apply(p_, r_, xf[1]),
+                h_val_p=hp,
+                h_val_q=hq,
+                h_fit_q=hf_q,
                 scale=sc,
                 shift=sh,
                 need=static.tail_need,
             )
 
-        scale, shift, shrink = jax.vmap(member_shrink)(
-            best_p, rest, inputs, fit_x, val_x, scale, shift
-        )
+        hf_q = jax.vmap(trainer.apply)(best_p, rest, fit_x[:, 1])
+        scale, shift, shrink = jax.vmap(member_shrink)(inputs, hv_p, hv_q, hf_q, scale, shift)
 
-    def validation_stats(p_, r_, inp, x, sc, sh):
-        t_p = sc * trainer.apply(p_, r_, x[0]) + sh
-        t_q = div.conjugate(sc * trainer.apply(p_, r_, x[1]) + sh, inp.alpha.astype(dt))
+    def validation_stats(inp, hp, hq, sc, sh):
+        t_p = sc * hp + sh
+        t_q = div.conjugate(sc * hq + sh, inp.alpha.astype(dt))
         z_val = t_p - t_q
         # Tail-sketch centres as certification.centres_of: the median of h(X), 0 for f*(h(Y)).
         centre = jnp.stack([jnp.median(t_p), jnp.zeros((), t_p.dtype)])
         return centre, (mom.of(z_val), berry_esseen.pair_moments(z_val))
 
-    cent, val_z = jax.vmap(validation_stats)(best_p, rest, inputs, val_x, scale, shift)
+    cent, val_z = jax.vmap(validation_stats)(inputs, hv_p, hv_q, scale, shift)
     return MemberTraining(
         best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent, val_z, shrink
     )
@@ -1056,7 +1058,7 @@ def _row(
     plan: _Plan,
     objective: str,
     method: str,
-    tail_shrink: float = 1.0,
+    tail_shrink: float,
 ) -> dict[str, Any]:
     config = plan.config
     div = get_divergence(plan.divergence, alpha=member.alpha, convention=plan.convention)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import sys
 import time
@@ -92,6 +93,16 @@ def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
     for row in cells:
         table.add_row(*row)
     Console(width=max(120, shutil.get_terminal_size((160, 24)).columns)).print(table)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion k / n."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (centre - half, centre + half)
 
 
 def write(path: str | Path, name: str, args: argparse.Namespace, payload: dict[str, Any]) -> Path:

@@ -104,16 +104,6 @@ def config(cls: str, quick: bool, tail_margin: float | None = None) -> SweepConf
     )
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion k / n."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (centre - half, centre + half)
-
-
 def exact_truth(mech, div: str, alpha: float | None, cls: str) -> float:
     pair = exact.noise_pair_from(mech)
     name, degree = ("linear", 1) if cls == "linear" else ("poly", 2)
@@ -229,7 +219,7 @@ def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (cls, mech, div), rs in groups.items():
         n = len(rs)
         k = sum(r["covered"] for r in rs)
-        lo, hi = wilson(k, n)
+        lo, hi = _common.wilson(k, n)
         truth = float(np.mean([r["truth"] for r in rs]))
         row = {
             "class": cls,

@@ -1,23 +1,22 @@
 """What a stricter tail check buys on the estimator's path: coverage of its asymptotic bound by tail margin.
 
-The coverage benchmark (``coverage.py``) runs the sweep, which certifies each trained member as it is
-(t = 1) or refuses it. ``estimate`` does more on a cone (docs/theory/bounds.md, "A certified member
-instead"): on validation data it shrinks the critic to t * h until both terms' tail indices clear
-2 + ``tail_margin``, and certifies that member. This script measures that path on one case, for several
-margins, over ``--runs`` independent keys: for each run the 95% asymptotic lower bound, whether it was
-certified, the shrink t, and whether the bound lies below the exact restricted value D^H (refusals, whose
-reported bound is 0, count as covered). Per margin: coverage with its Wilson interval, certified
-fraction, the mean bound over D^H, and the mean shrink of the certified runs.
+The coverage benchmark (``coverage.py``) runs the sweep; this script runs ``estimate``. On a cone both
+shrink the critic on validation data to t * h until both terms' tail indices clear 2 + ``tail_margin``
+(docs/theory/bounds.md, "A certified member instead"), and certify that member. This script measures
+the estimator's path on one case, for several margins, over ``--runs`` independent keys: for each run
+the 95% asymptotic lower bound, whether it was certified, the shrink t, and whether the bound lies below
+the exact restricted value D^H (refusals, whose reported bound is 0, count as covered). Per margin:
+coverage with its Wilson interval, certified fraction, the mean bound over D^H, and the mean shrink of
+the certified runs.
 
 Settings match the coverage benchmark's linear class (600 Adam steps, batch 2048, step size 1e-2,
 100k training / 8,192 validation / 100k test samples per side), with one ensemble member.
 
-    python benchmarks/tail_margin.py --epsilon 1 --margins 0,0.5 --runs 300   # ~15 min on 2 cores
+    python benchmarks/tail_margin.py --epsilon 1 --margins 0,0.5 --runs 1000   # ~6 min on 2 cores
 """
 
 from __future__ import annotations
 
-import math
 import time
 
 import _common
@@ -27,14 +26,6 @@ import numpy as np
 from cbdp_jax import exact
 from cbdp_jax.estimator import EstimatorConfig, estimate
 from cbdp_jax.mechanisms import LaplaceMechanism
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion k / n."""
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 def config(margin: float) -> EstimatorConfig:
@@ -76,7 +67,7 @@ def summarise(rows: list[dict], truth: float) -> dict:
     return {
         "runs": n,
         "coverage": covered / n,
-        "coverage_interval_95": wilson(covered, n),
+        "coverage_interval_95": _common.wilson(covered, n),
         "certified_fraction": len(cert) / n,
         "mean_bound_over_truth": float(np.mean([r["lower_bound"] for r in rows])) / truth,
         "mean_shrink_certified": float(np.mean([r["tail_shrink"] for r in cert])) if cert else None,

@@ -296,22 +296,6 @@ def shrink_for_tails(
     return scale, shift, 1.0
 
 
-def _hill_lower_traced(t: jax.Array, centre, k: int, z: float) -> jax.Array:
-    """Hill's index of |t - centre| on its k + 1 largest values, minus z index / sqrt(k). Traceable.
-
-    As :func:`.tails.hill` for a continuous sample; a sample whose k + 1 largest deviations tie or
-    vanish (no tail to estimate) gets an infinite index, as there.
-    """
-    y = jax.lax.top_k(jnp.abs(t - centre), k + 1)[0]
-    threshold = y[k]
-    safe = jnp.where(threshold > 0, threshold, 1.0)
-    gamma = jnp.mean(jnp.log(jnp.where(threshold > 0, y[:k], 1.0) / safe))
-    index = jnp.where(
-        (threshold > 0) & (gamma > 0), 1.0 / jnp.where(gamma > 0, gamma, 1.0), jnp.inf
-    )
-    return index * (1.0 - z / math.sqrt(k))
-
-
 def _heavy_share_traced(t_q: jax.Array) -> jax.Array:
     """The largest single term's share of the centred sum of squares (``HeldOut.heavy_tail_share``)."""
     dev2 = (t_q - jnp.mean(t_q)) ** 2
@@ -369,7 +353,8 @@ def shrink_for_tails_traced(
         t_q = div.conjugate(s * h_val_q + c, alpha)
         finite = jnp.all(jnp.isfinite(t_p)) & jnp.all(jnp.isfinite(t_q))
         low = jnp.minimum(
-            _hill_lower_traced(t_p, jnp.median(t_p), k, z), _hill_lower_traced(t_q, 0.0, k, z)
+            tails.hill_lower_traced(t_p, jnp.median(t_p), k, z),
+            tails.hill_lower_traced(t_q, 0.0, k, z),
         )
         ok = finite & (low >= need) & (_heavy_share_traced(t_q) <= UNRELIABLE_SHARE)
         return ok, s, c

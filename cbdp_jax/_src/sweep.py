@@ -161,7 +161,9 @@ class SweepConfig:
       finite_sample_method: ``'berry-esseen'`` (streams: moments only), ``'betting'`` (keeps a
         batch's paired differences on the host: ``max_batch x test_samples`` floats), or ``'auto'``
         (per member, the one predicted tighter from its validation differences).
-      tail_margin: The asymptotic bound's tail check needs index >= 2 + tail_margin.
+      tail_margin: The asymptotic bound's tail check needs index >= 2 + tail_margin. For a cone, each
+        member's critic is first shrunk on validation data (t * h, as in the estimator) until it
+        clears the check; rows report ``tail_shrink``.
       shared_noise: All members draw the same standard noise at a given training step, each scaling
         it by its own noise scale and shifting it to its own centre -- as the estimator's ensemble
         shares its minibatches. vmap then computes the draw once per step for the whole batch (the

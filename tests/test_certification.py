@@ -16,6 +16,7 @@ import pytest
 from cbdp_jax import exact
 from cbdp_jax._src import certification
 from cbdp_jax._src.divergences import get_divergence
+from cbdp_jax._src.statistics import held_out
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import LaplaceMechanism, NonPrivateRelease, RandomizedResponse
 
@@ -334,3 +335,21 @@ def test_the_sweep_applies_the_same_kl_rule_per_class():
     notes = [any("poly_3 trained as poly_2" in w for w in r["warnings"]) for r in rows]
     assert notes == [False, True]
     assert [r["adversary"] for r in rows] == ["poly_2", "poly_2"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (issue 10 note): f*(h) is centred at 0 for the tail check, so the Renyi "
+    "conjugate's constant 1/(alpha^2 - alpha) hides a polynomial tail behind it when h is small",
+)
+def test_tail_check_refuses_an_infinite_variance_renyi_term_whatever_its_scale():
+    # Renyi alpha = 2: f*(s) = s^2 / 4 + 1/2. With h = a x, x ~ Student t(3), f*(h) has tail index
+    # 3/2 (infinite variance) for every a > 0. The check must refuse at every scale; it does at a = 1
+    # (Hill 1.53 on 50k samples) but not at a = 0.1 (3.71), where the +1/2 dominates the deviations
+    # from the centre 0. Centring at the median reads 1.38 there. When the centre is fixed, this
+    # strict xfail fails: drop the marker.
+    x = np.random.default_rng(0).standard_t(3, 50_000)
+    for a in (1.0, 0.1):
+        t_q = (a * x) ** 2 / 4.0 + 0.5
+        held = certification._sample_held_out(a * x, t_q)
+        assert not held_out.tail_check(held).passed, a

@@ -161,6 +161,8 @@ def test_traced_shrink_picks_what_the_host_shrink_picks(divergence, alpha, kind)
     assert max(shrinks) == 1.0
     if kind == "dv":
         assert min(shrinks) < 0.6
+    else:
+        assert set(shrinks) == {1.0}
 
 
 def test_traced_shrink_refuses_to_move_when_no_member_clears_the_check():
@@ -337,19 +339,40 @@ def test_the_sweep_applies_the_same_kl_rule_per_class():
     assert [r["adversary"] for r in rows] == ["poly_2", "poly_2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect (issue 10 note): f*(h) is centred at 0 for the tail check, so the Renyi "
-    "conjugate's constant 1/(alpha^2 - alpha) hides a polynomial tail behind it when h is small",
-)
 def test_tail_check_refuses_an_infinite_variance_renyi_term_whatever_its_scale():
     # Renyi alpha = 2: f*(s) = s^2 / 4 + 1/2. With h = a x, x ~ Student t(3), f*(h) has tail index
-    # 3/2 (infinite variance) for every a > 0. The check must refuse at every scale; it does at a = 1
-    # (Hill 1.53 on 50k samples) but not at a = 0.1 (3.71), where the +1/2 dominates the deviations
-    # from the centre 0. Centring at the median reads 1.38 there. When the centre is fixed, this
-    # strict xfail fails: drop the marker.
+    # 3/2 (infinite variance) for every a > 0, and the check must refuse at every scale. Centred at the
+    # conjugate's infimum 1/2 the deviations are exactly (a x)^2 / 4, whose Hill index does not depend
+    # on a (about 1.5 on 50k samples: far below 2 at any a).
+    div = get_divergence("renyi", alpha=2.0)
     x = np.random.default_rng(0).standard_t(3, 50_000)
-    for a in (1.0, 0.1):
-        t_q = (a * x) ** 2 / 4.0 + 0.5
-        held = certification._sample_held_out(a * x, t_q)
-        assert not held_out.tail_check(held).passed, a
+    for a in (1.0, 0.1, 0.01):
+        t_q = np.asarray(div.conjugate(a * x), np.float64)
+        held = certification._sample_held_out(a * x, t_q, div.conjugate_inf())
+        check = held_out.tail_check(held)
+        assert not check.passed, a
+        assert check.index_q < 2.0, (a, check.index_q)
+    # Negative control: centred at 0, as before the fix, the +1/2 dominates the deviations of a small
+    # h and the same sample passes at a = 0.1 (Hill 3.71): the assertions above would catch that.
+    t_q = np.asarray(div.conjugate(0.1 * x), np.float64)
+    assert held_out.tail_check(certification._sample_held_out(0.1 * x, t_q, 0.0)).passed
+
+
+@pytest.mark.parametrize(
+    "divergence, alpha",
+    [("renyi", 2.0), ("renyi", 4.0), ("alpha", 8.0), ("chi2", None), ("tv", None)],
+)
+def test_a_shrink_never_moves_a_critic_whose_tail_index_it_cannot_change(divergence, alpha):
+    # Scaling h leaves Hill's index of h(X) and of f*(h) - inf f* unchanged for every conjugate but
+    # KL's, so the shrink returns the critic as it is (host and traced), even on a heavy-tailed problem
+    # (Laplace eps 2, slope 1.8: index 1.1) that the check refuses.
+    div = get_divergence(divergence, alpha=alpha)
+    h_p, h_q, h_fit = _shrink_problem(np.random.default_rng(2), 2.0, 1.8)
+    need = certification.tail_target(100_000, 0.0)
+    kw = dict(h_val_p=h_p, h_val_q=h_q, h_fit_q=h_fit, scale=0.7, shift=0.1, need=need)
+    assert certification.shrink_for_tails(div, "fform", **kw) == (0.7, 0.1, 1.0)
+    traced = certification.shrink_for_tails_traced(div, alpha, "fform", **kw)
+    np.testing.assert_allclose([float(v) for v in traced], [0.7, 0.1, 1.0], rtol=1e-6)
+    # Negative control: KL on the same problem does shrink.
+    kl = get_divergence("kl")
+    assert certification.shrink_for_tails(kl, "dv", **kw)[2] < 1.0

@@ -9,8 +9,10 @@ where"):
 - for a finite-sample bound on an unbounded class, the bound B of the critic ``B tanh(h / B)`` (which
   makes the f-form terms bounded, so the bound needs no assumption) and the finite-sample method
   (Berry-Esseen or betting), by the bound each would give at the test sample size;
-- for an asymptotic bound whose critic has a visibly heavy tail on validation data, a shrunken member
-  t * h of the same class (a cone) whose tails clear the margin: a smaller but certifiable value.
+- for an asymptotic KL bound whose critic has a visibly heavy tail on validation data, a shrunken
+  member t * h of the same class (a cone) whose tails clear the margin: a smaller but certifiable
+  value. Only KL's exponential conjugate has a tail index that moves with t
+  (:func:`shrink_changes_tails`).
 
 It also knows the support of the paired differences of a bounded critic, which the finite-sample bounds
 need, and the largest value a sample size can certify.
@@ -259,6 +261,19 @@ def tail_target(n_test: int, margin: float) -> float:
     return (2.0 + margin) / max(1.0 - z / math.sqrt(k), 1e-3)
 
 
+def shrink_changes_tails(div: Divergence) -> bool:
+    """Whether shrinking a critic t * h (t < 1) can raise the tail indices the check reads.
+
+    Hill's index is scale invariant. h(X) scales with t, and so does f*(h) - inf f* for every conjugate
+    here whose tail is a power of h (the alpha family, chi^2) or that is bounded above on its domain
+    (TV, and Hellinger and JS, which the asymptotic bound refuses anyway once h reaches their pole): their
+    indices do not depend on t, and a shrink could only pass the check by an accident of the estimator.
+    KL's f*(h) = exp(h - 1) is the exception: exp(t a x) of a Laplace variable x of scale 1/eps has index
+    eps / (t a), so a smaller t gives a lighter tail (docs/theory/bounds.md, "A certified member instead").
+    """
+    return div.name == "kl"
+
+
 def shrink_for_tails(
     div: Divergence,
     kind: str,
@@ -273,10 +288,13 @@ def shrink_for_tails(
     """The largest shrink t (a grid from 1 down) whose critic t * h passes the tail check with margin.
 
     Both validation tail indices' one-sided lower limits must reach ``need``. ``h_*`` are the raw (unscaled) class outputs; the critic is ``scale * h + shift``. For KL the
-    constant is refitted for each t on the training outputs ``h_fit_q`` (the Donsker-Varadhan shift);
-    for the alpha family and others the whole critic is scaled (the class is a cone). Returns
-    ``(scale, shift, t)``; t = 1 when no shrink is needed or none helps.
+    constant is refitted for each t on the training outputs ``h_fit_q`` (the Donsker-Varadhan shift),
+    otherwise the whole critic is scaled (the class is a cone). Returns ``(scale, shift, t)``; t = 1
+    when no shrink is needed or none helps, and always where a shrink cannot change the tail indices
+    (:func:`shrink_changes_tails`).
     """
+    if not shrink_changes_tails(div):
+        return scale, shift, 1.0
     for t in _SHRINK_GRID:
         s = t * scale
         c = t * shift
@@ -285,7 +303,7 @@ def shrink_for_tails(
         t_p, t_q = _terms(div, s * h_val_p + c, s * h_val_q + c)
         if not (np.all(np.isfinite(t_p)) and np.all(np.isfinite(t_q))):
             continue
-        held = _sample_held_out(t_p, t_q)
+        held = _sample_held_out(t_p, t_q, div.conjugate_inf())
         z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
         lows = [
             i.index - z * i.std_error for i in (tails.hill(held.tail_p), tails.hill(held.tail_q))
@@ -324,7 +342,8 @@ def shrink_for_tails_traced(
     passes. The grid is walked in a ``while_loop`` that stops at the first member that passes (one
     pass over the validation sample for a light-tailed critic; under ``vmap`` the batch walks until
     its last member has stopped). For continuous samples it picks what the host version picks
-    (``tests/test_certification.py``).
+    (``tests/test_certification.py``), and like it returns the critic as it is where a shrink cannot
+    change the tail indices (:func:`shrink_changes_tails`; a static choice, no loop is compiled).
 
     Args:
       div: The divergence (its conjugate takes the traced order ``alpha``).
@@ -342,6 +361,9 @@ def shrink_for_tails_traced(
 
     """
     h_val_p, h_val_q, h_fit_q = (jnp.asarray(h) for h in (h_val_p, h_val_q, h_fit_q))
+    if not shrink_changes_tails(div):
+        like = jnp.zeros((), h_val_p.dtype)
+        return like + scale, like + shift, like + 1.0
     k = tails.default_k(h_val_p.shape[-1])
     z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
     grid = jnp.asarray(_SHRINK_GRID, h_val_p.dtype)
@@ -354,7 +376,7 @@ def shrink_for_tails_traced(
         finite = jnp.all(jnp.isfinite(t_p)) & jnp.all(jnp.isfinite(t_q))
         low = jnp.minimum(
             tails.hill_lower_traced(t_p, jnp.median(t_p), k, z),
-            tails.hill_lower_traced(t_q, 0.0, k, z),
+            tails.hill_lower_traced(t_q, div.conjugate_inf(alpha), k, z),
         )
         ok = finite & (low >= need) & (_heavy_share_traced(t_q) <= UNRELIABLE_SHARE)
         return ok, s, c
@@ -379,9 +401,12 @@ def shrink_for_tails_traced(
     )
 
 
-def _sample_held_out(t_p: np.ndarray, t_q: np.ndarray) -> ho.HeldOut:
-    """Held-out statistics of two whole (validation) samples of the terms, for the tail check."""
-    cp, cq = centres_of(t_p)
+def _sample_held_out(t_p: np.ndarray, t_q: np.ndarray, centre_q: float) -> ho.HeldOut:
+    """Held-out statistics of two whole (validation) samples of the terms, for the tail check.
+
+    ``centre_q`` is the centre of f*(h(Y)), the conjugate's infimum (:func:`centres_of`).
+    """
+    cp, cq = centres_of(t_p, centre_q)
     cap = tails.DEFAULT_CAPACITY
 
     def sk(t, c):
@@ -405,20 +430,24 @@ def _sample_held_out(t_p: np.ndarray, t_q: np.ndarray) -> ho.HeldOut:
 def tail_centres(div: Divergence, h_val_p: np.ndarray, h_val_q: np.ndarray) -> tuple[float, float]:
     """Centres of the held-out tail sketches (see :func:`centres_of`)."""
     t_p, _ = _terms(div, h_val_p, h_val_q)
-    return centres_of(t_p)
+    return centres_of(t_p, div.conjugate_inf())
 
 
-def centres_of(t_p: np.ndarray) -> tuple[float, float]:
-    """Tail-sketch centres: the validation median of h(X); 0 for f*(h(Y)).
+def centres_of(t_p: np.ndarray, conjugate_inf: float) -> tuple[float, float]:
+    """Tail-sketch centres: the validation median of h(X); the conjugate's infimum for f*(h(Y)).
 
-    Hill's estimator is not location invariant: subtracting a centre comparable to the threshold
-    inflates the log-ratios and makes a moderately heavy tail look heavier (exp of a Laplace variable
-    of index 4 read as 2.4). f*(h) of every divergence here is bounded below near 0 and its upper tail
-    is the one that matters, so its raw values are used (Hill is scale invariant, which is what an
-    exp(h) tail needs); h(X) can take either sign, so it is centred.
+    Hill's estimator is not location invariant, so the centre decides what it reads. f*(h) is bounded
+    below by inf f*, and its upper tail is the one that matters: centred there, the deviations are
+    exp(h - 1) for KL (inf 0; Hill is scale invariant, which is what an exp(h) tail needs) and exactly
+    C_a |h|^A for the alpha family, whose index is that of |h| over A. Two other centres fail:
+    the median (comparable to the threshold, it inflates the log-ratios: exp of a Laplace variable of
+    index 4 reads as 2.4) and 0 for a conjugate whose infimum is not 0 (the alpha family's constant
+    1/(alpha^2 - alpha) dominates the deviations of a small h and hides a polynomial tail: Student t(3)
+    times 0.1 under Renyi-2, index 3/2, reads 3.71). h(X) can take either sign, so it is centred at
+    its median.
     """
     finite = t_p[np.isfinite(t_p)]
-    return (float(np.median(finite)) if finite.size else 0.0, 0.0)
+    return (float(np.median(finite)) if finite.size else 0.0, float(conjugate_inf))
 
 
 def cap_for(div: Divergence, n: int, confidence: float) -> float:
@@ -550,6 +579,7 @@ __all__ = [
     "describe",
     "predicted_bound",
     "resolve_guarantee",
+    "shrink_changes_tails",
     "shrink_for_tails",
     "support",
     "tail_centres",

@@ -111,6 +111,21 @@ class Divergence:
             return math.inf
         return _TABLE[self.name][2]
 
+    def conjugate_inf(self, alpha: ArrayLike | None = None):
+        """inf_s f*(s): the level the conjugate term never goes below (a float, or an array for a traced
+        ``alpha``).
+
+        0 for KL (exp(s - 1) as s -> -inf), 1/(alpha^2 - alpha) for the alpha family (at s = 0, either
+        convention), -1/2 for TV, -1 for the squared Hellinger distance (s -> -inf) and chi^2 (s = -2),
+        -log 2 for JS (s -> -inf). The tail check centres f*(h) here: the deviations f*(h) - inf f* of a
+        power conjugate are then exactly C |h|^A, whose tail index Hill reads without the constant
+        hiding it (docs/theory/bounds.md, "The check").
+        """
+        if self.name in ("renyi", "alpha"):
+            a = self.alpha if alpha is None else alpha
+            return 1.0 / (a * a - a)
+        return _CONJUGATE_INF[self.name]
+
     def to_reported(self, value):
         """Maps a value of D_f to the reported scale: the Renyi map for ``'renyi'``, else identity.
 
@@ -264,6 +279,8 @@ def get_divergence(name: str, *, alpha: float | None = None, convention: str = "
     """
     return Divergence(name, alpha, convention)
 
+
+_CONJUGATE_INF = {"kl": 0.0, "tv": -0.5, "hellinger": -1.0, "chi2": -1.0, "js": -math.log(2.0)}
 
 _TABLE = {
     "kl": (_kl_f, _kl_conjugate, math.inf),

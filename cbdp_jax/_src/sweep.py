@@ -530,8 +530,9 @@ def _train_batch(
         t_p = sc * hp + sh
         t_q = div.conjugate(sc * hq + sh, inp.alpha.astype(dt))
         z_val = t_p - t_q
-        # Tail-sketch centres as certification.centres_of: the median of h(X), 0 for f*(h(Y)).
-        centre = jnp.stack([jnp.median(t_p), jnp.zeros((), t_p.dtype)])
+        # Tail-sketch centres as certification.centres_of: the median of h(X), inf f* for f*(h(Y)).
+        inf_q = jnp.asarray(div.conjugate_inf(inp.alpha.astype(dt)), t_p.dtype)
+        centre = jnp.stack([jnp.median(t_p), inf_q])
         return centre, (mom.of(z_val), berry_esseen.pair_moments(z_val))
 
     cent, val_z = jax.vmap(validation_stats)(inputs, hv_p, hv_q, scale, shift)

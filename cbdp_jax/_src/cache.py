@@ -24,9 +24,17 @@ def cache_folder() -> Path:
     return Path(base) / "cbdp_jax" / "jax"
 
 
+def opted_out(variable: str = "CBDP_JAX_COMPILATION_CACHE") -> bool:
+    """Whether ``variable``, or ``CBDP_JAX_COMPILATION_CACHE`` (every cache), is 0, false or no."""
+    for name in {variable, "CBDP_JAX_COMPILATION_CACHE"}:
+        if os.environ.get(name, "1").strip().lower() in ("0", "false", "no"):
+            return True
+    return False
+
+
 def enable_compilation_cache() -> Path | None:
     """Turns the persistent cache on unless opted out or already configured; returns its folder."""
-    if os.environ.get("CBDP_JAX_COMPILATION_CACHE", "1").strip().lower() in ("0", "false", "no"):
+    if opted_out():
         return None
     import jax
 

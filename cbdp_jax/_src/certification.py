@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src.divergences import Divergence, get_divergence, kl_optimal_shift
+from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import berry_esseen, bounds, tails
 from cbdp_jax._src.statistics import held_out as ho
 from cbdp_jax._src.statistics import moments as mom
@@ -76,8 +77,8 @@ def resolve_guarantee(guarantee: str, spec) -> str:
     return "finite-sample" if spec.bound is not None else "asymptotic"
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _conjugate_program(div: Divergence, s: jax.Array) -> jax.Array:
+@persistent_jit(static_argnames=("div",))
+def _conjugate_program(s: jax.Array, *, div: Divergence) -> jax.Array:
     """f*(s) as one compiled program (eagerly, each operation would be a program of its own)."""
     return div.conjugate(s)
 
@@ -85,7 +86,7 @@ def _conjugate_program(div: Divergence, s: jax.Array) -> jax.Array:
 def _conj64(div: Divergence, s) -> np.ndarray:
     """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision."""
     with jax.enable_x64(True), np.errstate(all="ignore"):
-        return np.asarray(_conjugate_program(div, jnp.asarray(s, jnp.float64)), np.float64)
+        return np.asarray(_conjugate_program(jnp.asarray(s, jnp.float64), div=div), np.float64)
 
 
 def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
@@ -140,7 +141,7 @@ def _bounded(h: np.ndarray, b: float) -> np.ndarray:
 
 def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(all="ignore"):
-        t_q = np.asarray(_conjugate_program(div, jnp.asarray(h_q)), np.float64)
+        t_q = np.asarray(_conjugate_program(np.asarray(h_q), div=div), np.float64)
     return np.asarray(h_p, np.float64), t_q
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from cbdp_jax._src import programs
 from cbdp_jax._src.adversaries import (
     AdversarySpec,
     ClassProperties,
@@ -346,7 +347,7 @@ def trainer(
         # L-BFGS's value_fn must return the loss alone: the curve shows -loss (objective - penalty).
         return TrainState(params, state.rest, opt_state), StepInfo(-total, total)
 
-    return Trainer(
+    out = Trainer(
         init,
         line_search_step if line_search else step,
         value,
@@ -359,6 +360,24 @@ def trainer(
         is_default,
         line_search,
     )
+    if is_default or line_search:
+        _register_built_in(out, adversary, divergence, dim, learning_rate, tight, dtype)
+    return out
+
+
+def _register_built_in(t: Trainer, adversary, divergence, dim, learning_rate, tight, dtype) -> None:
+    """Declares a built-in class's trainer and graph definition to :mod:`~cbdp_jax._src.programs`.
+
+    What they compute is fixed by the class, dimension, dtype, divergence and named optimiser. A custom module or a user's optimiser is never declared, so programs over it are always traced.
+    """
+    graph = programs.fingerprint((adversary, dim, jnp.dtype(dtype)))
+    if not isinstance(adversary, AdversarySpec) or graph is None:
+        return
+    optimizer = "lbfgs" if t.line_search else "adam"
+    recipe = programs.fingerprint((graph, divergence, optimizer, float(learning_rate), bool(tight)))
+    if recipe is not None:
+        programs.register(t.graphdef, f"graphdef{graph}")
+        programs.register(t, f"trainer{recipe}")
 
 
 def check_properties(module: nnx.Module, props: ClassProperties, dim: int, dtype) -> None:

@@ -112,8 +112,7 @@ class Divergence:
         return _TABLE[self.name][2]
 
     def conjugate_inf(self, alpha: ArrayLike | None = None):
-        """inf_s f*(s): the level the conjugate term never goes below (a float, or an array for a traced
-        ``alpha``).
+        """inf_s f*(s), the level the conjugate never goes below (an array for a traced ``alpha``).
 
         0 for KL (exp(s - 1) as s -> -inf), 1/(alpha^2 - alpha) for the alpha family (at s = 0, either
         convention), -1/2 for TV, -1 for the squared Hellinger distance (s -> -inf) and chi^2 (s = -2),

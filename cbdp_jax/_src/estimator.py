@@ -13,7 +13,6 @@ samples at every training step), and :func:`estimate_from_samples` takes two arr
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -24,14 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cbdp_jax._src import certification
+from cbdp_jax._src import certification, keys
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
 from cbdp_jax._src.core import Trainer, cached_trainer
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
-from cbdp_jax._src.evaluation import Critic, array_chunks, critic_outputs, evaluate_fixed
+from cbdp_jax._src.evaluation import Critic, Padded, array_chunks, critic_outputs, evaluate_fixed
 from cbdp_jax._src.io import environment_info, to_json
 from cbdp_jax._src.objectives import kl_domain_reduction
+from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import betting
 from cbdp_jax._src.statistics.bounds import (
     Bound,
@@ -362,32 +362,32 @@ class _Trained(NamedTuple):
     warnings: tuple[str, ...]
 
 
-@jax.jit
-def _take_member(tree, member):
-    """Member ``member`` of every leaf (one program, not one indexing operation per leaf)."""
-    return jax.tree.map(lambda x: x[member], tree)
+@persistent_jit(static_argnames=("trainer", "divergence"))
+def _member_fit(params, rest, member, fit_batch, val_batch, z, *, trainer, divergence):
+    """Member ``member`` of the stacked ensemble and its fitted scale and shift, as one program.
 
-
-@functools.partial(jax.jit, static_argnames=("trainer", "divergence"))
-def _fit_program(params, rest, fit_batch, val_batch, z, *, trainer, divergence):
-    """:func:`~cbdp_jax._src.core.fit` as one compiled program."""
-    return core_fit(trainer, divergence, params, rest, fit_batch, val_batch, z)
+    The fit is :func:`~cbdp_jax._src.core.fit`; taking the member inside the same program spares one
+    indexing program per leaf (and a program to load at cold start).
+    """
+    params_m, rest_m = jax.tree.map(lambda x: x[member], (params, rest))
+    scale, shift = core_fit(trainer, divergence, params_m, rest_m, fit_batch, val_batch, z)
+    return params_m, rest_m, scale, shift
 
 
 def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     """Trains the ensemble (restarting with a smaller step on divergence) and fixes one member."""
     config, trainer = prob.config, prob.trainer
-    pooled = jnp.concatenate(prob.stats_sample, axis=0)
-    k_init, k_train = jax.random.split(key)
-    keys = jax.random.split(k_init, config.ensemble)
+    pooled = prob.stats_sample
+    k_init, k_train = keys.split(key)
+    member_keys = jax.random.split(k_init, config.ensemble)
     warnings: list[str] = []
     lr = config.learning_rate
     restarts = 0
     while True:
         # The step size lives in the optimiser state: a restart with a smaller one does not recompile.
-        state = init_ensemble(keys, trainer, pooled, learning_rate=lr)
+        state = init_ensemble(member_keys, trainer, pooled, learning_rate=lr)
         out = train_ensemble(
-            jax.random.fold_in(k_train, restarts),
+            keys.fold_in(k_train, restarts),
             trainer,
             state,
             val_p=prob.val[0],
@@ -413,10 +413,16 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
         warnings.append("training diverged in every adversary even after restarts")
     best_values = np.where(finite, np.asarray(out.best_value), -np.inf)
     member = int(np.argmax(best_values))
-    params_m, rest_m = _take_member((out.best_params, state.rest), np.int32(member))
     fit_batch = prob.train if prob.train is not None else prob.stats_sample
-    fscale, fshift = _fit_program(
-        params_m, rest_m, fit_batch, prob.val, z, trainer=trainer, divergence=prob.divergence
+    params_m, rest_m, fscale, fshift = _member_fit(
+        out.best_params,
+        state.rest,
+        np.int32(member),
+        fit_batch,
+        prob.val,
+        z,
+        trainer=trainer,
+        divergence=prob.divergence,
     )
     return _Trained(
         trainer.graphdef,
@@ -698,7 +704,7 @@ def _assemble(
 def _directions(
     key, make_problem, *, config, known_infinite: str | None
 ) -> tuple[dict, dict | None]:
-    k_pq, k_qp = jax.random.split(key)
+    k_pq, k_qp = keys.split(key)
     results = []
     for k, direction in ((k_pq, "PQ"), (k_qp, "QP")):
         if direction == "QP" and not config.both_directions:
@@ -904,19 +910,27 @@ def _pair_sampler(pair, swap: bool) -> Callable:
     return _SAMPLERS[fingerprint]
 
 
-@functools.cache
-def _draw_program(mechanism, dtype) -> Callable:
-    """One compiled sampler per (mechanism, dtype): later calls with the same shapes reuse it."""
-    return jax.jit(lambda k, d, m: mechanism.sample(k, d, m, dtype=dtype), static_argnums=2)
+@persistent_jit(static_argnames=("mechanism", "n", "rows", "dtype"))
+def _draw(key, index, dataset, *, mechanism, n: int, rows: int, dtype):
+    """Chunk ``index`` of a sample stream, zero-padded to ``rows`` rows: one program per shape.
+
+    ``n`` samples of M(dataset) under ``fold_in(key, index)``; ``rows`` is the evaluation program's
+    chunk size.
+    """
+    x = mechanism.sample(jax.random.fold_in(key, index), dataset, n, dtype=dtype)
+    return jnp.pad(x, ((0, rows - n), (0, 0))) if rows > n else x
 
 
 def _sample_chunks(
     mechanism, dataset, key: jax.Array, n: int, chunk: int, dtype
 ) -> Iterator[jax.Array]:
     """Streams ``n`` samples of M(dataset) in chunks; chunk i uses ``fold_in(key, i)``."""
-    draw = _draw_program(mechanism, jnp.dtype(dtype))
+    dtype = jnp.dtype(dtype)
+    rows = min(chunk, n)
     for i, start in enumerate(range(0, n, chunk)):
-        yield draw(jax.random.fold_in(key, i), dataset, min(chunk, n - start))
+        m = min(chunk, n - start)
+        x = _draw(key, i, dataset, mechanism=mechanism, n=m, rows=rows, dtype=dtype)
+        yield x if m == rows else Padded(x, m)
 
 
 def estimate(
@@ -993,7 +1007,7 @@ def estimate(
     spec, domain_note = kl_domain_reduction(pair.mechanism, spec, div.name)
     dtype = jnp.dtype(config.dtype)
     trainer = _trainer(spec, div, pair.dim, config)
-    k_train, k_val, k_test, k_fit = jax.random.split(key, 4)
+    k_train, k_val, k_test, k_fit = keys.split(key, num=4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
     mech = pair.mechanism
@@ -1003,7 +1017,7 @@ def estimate(
         d_a, d_b = (pair.dataset, pair.neighbour) if not swap else (pair.neighbour, pair.dataset)
         tr = train if not swap else (train[1], train[0])
         va = val if not swap else (val[1], val[0])
-        kp, kq = jax.random.split(jax.random.fold_in(k_test, int(swap)))
+        kp, kq = keys.split(keys.fold_in(k_test, int(swap)))
         chunk = config.eval_chunk
         return _Problem(
             spec=spec,

@@ -14,7 +14,6 @@ The critic is ``B * tanh((scale * h + shift) / B)`` when a finite-sample guarant
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -24,12 +23,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src.divergences import Divergence
+from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax._src.training import apply_fn
 
-__all__ = ["Critic", "array_chunks", "critic_outputs", "evaluate_fixed", "z_quantile"]
+__all__ = ["Critic", "Padded", "array_chunks", "critic_outputs", "evaluate_fixed", "z_quantile"]
+
+
+class Padded(NamedTuple):
+    """A chunk zero-padded to the evaluation program's row count; its first ``count`` rows are samples.
+
+    A sampler that pads inside its own compiled program spares an eager padding program.
+    """
+
+    x: jax.Array
+    count: int
 
 
 class Critic(NamedTuple):
@@ -51,7 +61,7 @@ class Critic(NamedTuple):
     bound: Any = math.inf
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
+@persistent_jit(static_argnames=("graphdef",))
 def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
     """The critic's values on ``x`` ``[n, d]`` (one compiled program; traceable)."""
     h = critic.scale * apply_fn(graphdef, critic.params, critic.rest, x) + critic.shift
@@ -61,7 +71,7 @@ def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
     return jnp.where(finite, safe * jnp.tanh(h / safe), h)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "divergence", "capacity"))
+@persistent_jit(static_argnames=("graphdef", "divergence", "capacity"))
 def _chunk(critic, x_p, x_q, n_p, n_q, centres, **static):
     """The compiled evaluation program: :func:`_chunk_body`, looked up when traced.
 
@@ -89,10 +99,29 @@ def _chunk_body(critic, x_p, x_q, n_p, n_q, centres, *, graphdef, divergence: Di
     )
 
 
-def _pad(x: jax.Array, rows: int) -> jax.Array:
-    if x.shape[0] == rows:
-        return x
-    return jnp.concatenate([x, jnp.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)])
+def _pad(x, rows: int, like) -> tuple[Any, int]:
+    """A chunk as ``rows`` rows and its sample count.
+
+    ``x`` is an array, a :class:`Padded` chunk or None (an exhausted side: all padding). Host arrays are
+    padded on the host, device arrays by one stored program (no eager device operations).
+    """
+    if isinstance(x, Padded):
+        return x.x, int(x.count)
+    if x is None:
+        return np.zeros((rows,) + tuple(like.shape[1:]), like.dtype), 0
+    n = int(x.shape[0])
+    if n == rows:
+        return x, n
+    if isinstance(x, np.ndarray):
+        return np.concatenate([x, np.zeros((rows - n,) + x.shape[1:], x.dtype)]), n
+    return _block(x, 0, rows=rows, n=n), n
+
+
+@persistent_jit(static_argnames=("rows", "n"))
+def _block(x: jax.Array, start, *, rows: int, n: int) -> jax.Array:
+    """Rows ``start .. start + n`` of ``x``, zero-padded to ``rows`` rows (one program per shape)."""
+    block = jax.lax.dynamic_slice_in_dim(x, start, n, axis=0)
+    return jnp.pad(block, ((0, rows - n),) + ((0, 0),) * (x.ndim - 1)) if rows > n else block
 
 
 def evaluate_fixed(
@@ -135,23 +164,23 @@ def evaluate_fixed(
         if xp is sentinel and xq is sentinel:
             break
         ref = xp if xp is not sentinel else xq
+        ref = ref.x if isinstance(ref, Padded) else ref
         rows = rows or int(ref.shape[0])
-        empty = jnp.zeros((0,) + ref.shape[1:], ref.dtype)
-        xp = empty if xp is sentinel else xp
-        xq = empty if xq is sentinel else xq
+        xp, n_p = _pad(None if xp is sentinel else xp, rows, ref)
+        xq, n_q = _pad(None if xq is sentinel else xq, rows, ref)
         stats = _chunk(
             critic,
-            _pad(xp, rows),
-            _pad(xq, rows),
-            np.int32(xp.shape[0]),
-            np.int32(xq.shape[0]),
-            jnp.asarray(centres, ref.dtype),
+            xp,
+            xq,
+            np.int32(n_p),
+            np.int32(n_q),
+            np.asarray(centres, np.dtype(ref.dtype)),
             graphdef=graphdef,
             divergence=divergence,
             capacity=capacity,
         )
         stats = jax.device_get(stats)
-        n_z = min(int(xp.shape[0]), int(xq.shape[0]))
+        n_z = min(n_p, n_q)
         keep = keep_samples or on_chunk is not None
         chunk = held_out.HeldOut(
             mom.to_host(stats[0]),
@@ -172,6 +201,20 @@ def evaluate_fixed(
 
 
 def array_chunks(x: jax.Array, chunk: int) -> Iterator[jax.Array]:
-    """Yields consecutive row blocks of ``x`` of at most ``chunk`` rows."""
-    for start in range(0, x.shape[0], chunk):
-        yield x[start : start + chunk]
+    """Yields consecutive row blocks of ``x`` of ``chunk`` rows (``x`` itself if it fits).
+
+    A device array's last, shorter block comes :class:`Padded` to ``chunk`` rows by the stored program
+    that cuts it (no eager slicing or padding); a host array's blocks are host slices.
+    """
+    n = int(x.shape[0])
+    if n <= chunk:
+        yield x
+        return
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        if isinstance(x, np.ndarray):
+            yield x[start : start + m]
+        elif m == chunk:
+            yield _block(x, start, rows=chunk, n=chunk)
+        else:
+            yield Padded(_block(x, start, rows=chunk, n=m), m)

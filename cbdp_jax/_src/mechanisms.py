@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -47,6 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from cbdp_jax._src import keys
+from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     _fail,
@@ -213,9 +214,9 @@ def _is_hashable(value: Any) -> bool:
     return True
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4))
+@persistent_jit(static_argnames=("mechanism", "n", "dtype"))
 def _compiled_sample(
-    mechanism: Mechanism, key: jax.Array, dataset: Dataset, n: int, dtype: np.dtype
+    key: jax.Array, dataset: Dataset, *, mechanism: Mechanism, n: int, dtype: np.dtype
 ) -> jax.Array:
     return mechanism._sample(key, dataset, n, dtype)
 
@@ -277,7 +278,7 @@ class Mechanism(abc.ABC):
         # to calls inside the caller's jax.jit / lax.scan: XLA rounds fused arithmetic differently from
         # op-by-op execution. Each distinct mechanism value compiles once per (n, dtype).
         if _is_array_tree(dataset) and _is_hashable(self):
-            return _compiled_sample(self, key, dataset, n, dt)
+            return _compiled_sample(key, dataset, mechanism=self, n=n, dtype=dt)
         return self._sample(key, dataset, n, dt)
 
     def _check_dataset(self, dataset: Dataset) -> None:
@@ -1362,9 +1363,9 @@ class NeighbouringPair:
 
     def __post_init__(self) -> None:
         _check_mechanism("mechanism", self.mechanism)
-        key = jax.random.key(0)
+        # Shapes only: the key is made inside the abstract trace, so no program runs.
         for d in (self.dataset, self.neighbour):
-            jax.eval_shape(lambda k, d=d: self.mechanism.sample(k, d, 1), key)
+            jax.eval_shape(lambda d=d: self.mechanism.sample(jax.random.key(0), d, 1))
 
     @property
     def dim(self) -> int:
@@ -1386,7 +1387,7 @@ class NeighbouringPair:
 
         """
         _check_key(key)
-        k_p, k_q = jax.random.split(key)
+        k_p, k_q = keys.split(key)
         p = self.mechanism.sample(k_p, self.dataset, n, dtype=dtype)
         q = self.mechanism.sample(k_q, self.neighbour, n, dtype=dtype)
         return p, q

@@ -19,9 +19,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from cbdp_jax._src.core import Trainer, TrainState, set_learning_rate
+from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.validation import InvalidParameterError
 
 # Incremented each time the training function is traced: tests use it to prove that a second call with
@@ -61,18 +63,25 @@ class TrainOutput(NamedTuple):
 def init_ensemble(keys: jax.Array, trainer: Trainer, x_reference, learning_rate=None) -> TrainState:
     """One :class:`~cbdp_jax._src.core.TrainState` per key, stacked along a leading axis.
 
-    ``learning_rate`` (the default optimiser's step size) may be set for every member at once.
+    ``x_reference`` (the sample that fixes the input standardisation) may be an array or a sequence
+    of arrays to pool. ``learning_rate`` (the default optimiser's step size) may be set for every
+    member at once.
     """
     if learning_rate is not None and trainer.default_optimizer:
-        learning_rate = jnp.asarray(learning_rate, jnp.float32)
+        learning_rate = np.float32(learning_rate)
     else:
         learning_rate = None
     return _init_program(keys, x_reference, learning_rate, trainer=trainer)
 
 
-@functools.partial(jax.jit, static_argnames=("trainer",))
+@persistent_jit(static_argnames=("trainer",))
 def _init_program(keys, x_reference, learning_rate, *, trainer: Trainer) -> TrainState:
-    """The compiled initialisation (one program, not one per operation of the module's constructor)."""
+    """The compiled initialisation (one program, not one per operation of the module's constructor).
+
+    ``x_reference`` may be a sequence of arrays, concatenated along rows inside the program.
+    """
+    if isinstance(x_reference, (tuple, list)):
+        x_reference = jnp.concatenate(x_reference, axis=0)
     states = jax.vmap(trainer.init, in_axes=(0, None))(keys, x_reference)
     if learning_rate is None:
         return states
@@ -80,7 +89,7 @@ def _init_program(keys, x_reference, learning_rate, *, trainer: Trainer) -> Trai
     return states._replace(opt_state=set_learning_rate(states.opt_state, lr))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
+@persistent_jit(static_argnames=("graphdef",))
 def apply_fn(graphdef, params, rest, x: jax.Array) -> jax.Array:
     """Evaluates one adversary given its split state on ``x`` ``[n, d]`` -> ``[n]``.
 
@@ -186,9 +195,8 @@ def shared_counts(opt_state) -> Any:
     return jax.tree.map(lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else x, opt_state)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("trainer", "steps", "eval_every", "batch_size", "sampler", "progress"),
+@persistent_jit(
+    static_argnames=("trainer", "steps", "eval_every", "batch_size", "sampler", "progress")
 )
 def _train_jit(key, state, train_p, train_q, val_p, val_q, **static):
     """The compiled training program: :func:`_train_body`, looked up when traced.

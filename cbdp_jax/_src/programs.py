@@ -1,0 +1,311 @@
+"""Compiled programs kept on disk as executables, so that a later process runs them without tracing.
+
+JAX's persistent compilation cache (:mod:`cbdp_jax._src.cache`) saves the XLA compile, but its key is the
+lowered program: a second process still traces every program in Python and lowers it to StableHLO
+before it can look the executable up, about a second for one ``cbdp estimate`` of an MLP. This module
+skips both. A program decorated with :func:`persistent_jit` is an ordinary ``jax.jit`` function until
+the store is switched on (:func:`enabled`, which the command line does around each estimate); then each
+call computes a key from
+
+- the program (module and name),
+- a fingerprint of every static argument (:func:`fingerprint`),
+- the tree structure, shape, dtype, weak type and placement of every dynamic argument,
+- the environment: the package's source code (a hash of every file), the versions of Python, JAX,
+  jaxlib, Flax, Optax and NumPy, the backend and its devices, ``XLA_FLAGS``, and the JAX settings that
+  change a traced program (x64, matmul precision, the default PRNG implementation);
+
+and runs the executable stored under that key (``jax.experimental.serialize_executable``), compiling
+and storing it on a miss. A static argument the module cannot fingerprint soundly -- a user's module,
+optimiser, callback or function -- sends the call to the plain ``jax.jit`` path: the store never runs a
+program it cannot prove is the one the call would have traced. A call inside a user's trace (a tracer
+among the arguments) is inlined as usual.
+
+The files live in ``programs/`` inside the package's cache folder (``$CBDP_JAX_CACHE_DIR/programs``, by
+default ``~/.cache/cbdp_jax/jax/programs``; JAX's own cache files there are ``*-cache`` and never
+collide); deleting it is always safe. ``CBDP_JAX_PROGRAM_CACHE=0`` turns
+the store off, and so does ``CBDP_JAX_COMPILATION_CACHE=0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import inspect
+import os
+import pickle
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from cbdp_jax._src.cache import cache_folder, opted_out
+from cbdp_jax._src.io import atomic_write_bytes
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+_STATE = {"depth": 0}
+_MEMORY: dict[str, Any] = {}
+_REGISTERED: dict[Any, str] = {}
+
+
+def folder() -> Path:
+    """Where executables are stored."""
+    return cache_folder() / "programs"
+
+
+def active() -> bool:
+    """Whether calls are served from the store now (inside :func:`enabled`, and not opted out)."""
+    return _STATE["depth"] > 0 and not opted_out("CBDP_JAX_PROGRAM_CACHE")
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[None]:
+    """Serves :func:`persistent_jit` programs from the on-disk store inside the block."""
+    _STATE["depth"] += 1
+    try:
+        yield
+    finally:
+        _STATE["depth"] -= 1
+
+
+def register(obj: Any, recipe: str) -> None:
+    """Declares that the hashable ``obj`` (a trainer, a graph definition) is fully described by ``recipe``.
+
+    Only the library registers objects, for what it builds itself from fingerprintable values (a
+    built-in adversary class, a divergence, a dimension, a dtype, a named optimiser).
+    """
+    _REGISTERED[obj] = recipe
+
+
+def fingerprint(value: Any) -> str | None:
+    """A string that determines ``value`` as a static argument, or None where none is sound.
+
+    Numbers, strings, None, dtypes, tuples, lists and dicts of such, concrete arrays (by their bytes),
+    registered objects, frozen dataclasses defined in this package (field by field) and bound methods
+    of those. Anything else -- a function, a user's class -- is None: its behaviour is not determined
+    by what could be written down here (a function's repr names an address, which another process may
+    reuse for other code).
+    """
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return _joined(type(value).__name__, [fingerprint(v) for v in value])
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: repr(kv[0]))
+        return _joined("dict", [_pair(k, v) for k, v in items])
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return f"dtype:{np.dtype(value).name}"
+    if isinstance(value, (np.ndarray, np.generic)) or _concrete_array(value):
+        a = np.asarray(value)
+        return f"array:{a.dtype.name}{a.shape}:{hashlib.sha256(a.tobytes()).hexdigest()}"
+    try:
+        recipe = _REGISTERED.get(value)
+    except TypeError:  # unhashable
+        recipe = None
+    if recipe is not None:
+        return f"registered:{recipe}"
+    if inspect.ismethod(value):
+        owner = fingerprint(value.__self__)
+        name = f"{value.__func__.__module__}.{value.__func__.__qualname__}"
+        return None if owner is None or not _ours(value.__func__) else f"{owner}.{name}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and _ours(type(value)):
+        fields = [_pair(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+        return _joined(f"{type(value).__module__}.{type(value).__qualname__}", fields)
+    return None
+
+
+def _pair(k: Any, v: Any) -> str | None:
+    fv = fingerprint(v)
+    return None if fv is None else f"{k!r}={fv}"
+
+
+def _joined(head: str, parts: list[str | None]) -> str | None:
+    return None if any(p is None for p in parts) else f"{head}({','.join(parts)})"
+
+
+def _ours(obj: Any) -> bool:
+    return getattr(obj, "__module__", "").split(".")[0] == "cbdp_jax"
+
+
+def _concrete_array(value: Any) -> bool:
+    return isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer)
+
+
+@functools.cache
+def _environment() -> str:
+    """Everything outside a call that decides what its traced program is (computed once)."""
+    import flax
+    import jaxlib
+    import optax
+
+    source = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        source.update(str(path.relative_to(_PACKAGE)).encode())
+        source.update(path.read_bytes())
+    devices = jax.devices()
+    parts = (
+        sys.version,
+        jax.__version__,
+        jaxlib.__version__,
+        flax.__version__,
+        optax.__version__,
+        np.__version__,
+        devices[0].platform,
+        devices[0].client.platform_version,
+        tuple(d.device_kind for d in devices),
+        os.environ.get("XLA_FLAGS", ""),
+        source.hexdigest(),
+    )
+    return repr(parts)
+
+
+def _settings() -> tuple:
+    """The JAX settings a traced program depends on, read at each call (they can change in-process)."""
+    c = jax.config
+    return (
+        c.jax_enable_x64,
+        str(c.jax_default_matmul_precision),
+        str(c.jax_default_prng_impl),
+        c.jax_threefry_partitionable,
+    )
+
+
+def _leaf_signature(x: Any) -> tuple | None:
+    if isinstance(x, jax.core.Tracer):
+        return None
+    aval = jax.typeof(x)
+    sharding = str(x.sharding) if isinstance(x, jax.Array) else ""
+    return (aval.shape, str(aval.dtype), bool(getattr(aval, "weak_type", False)), sharding)
+
+
+def _key(name: str, statics: str, args: tuple, kwargs: dict) -> str | None:
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    sig = []
+    for leaf in leaves:
+        s = _leaf_signature(leaf)
+        if s is None:
+            return None
+        sig.append(s)
+    text = repr((name, statics, str(tree), tuple(sig), _settings(), _environment()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _load(path: Path) -> Any | None:
+    from jax.experimental import serialize_executable
+
+    try:
+        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except Exception:  # noqa: BLE001 -- a missing, partial or foreign file is a miss, never an error
+        return None
+
+
+def _store(path: Path, compiled: Any) -> None:
+    from jax.experimental import serialize_executable
+
+    try:
+        blob = pickle.dumps(serialize_executable.serialize(compiled))
+        atomic_write_bytes(path, blob)
+    except Exception:  # noqa: BLE001 -- not serialisable (host callbacks) or a read-only folder
+        pass
+
+
+@contextlib.contextmanager
+def _without_jax_cache() -> Iterator[bool]:
+    """Compiles inside the block bypass JAX's persistent cache; yields whether that was possible.
+
+    An executable JAX loaded from its own cache does not survive a second serialisation on XLA:CPU
+    (jax 0.10: the stored copy fails when run, "Function bitcast_concatenate_fusion not found"), so
+    only freshly compiled executables are stored. JAX decides once per process whether its cache is
+    in use (``jax._src.compilation_cache``); that decision is set aside for the block and restored.
+    Where those private names are missing, nothing is bypassed and the caller stores nothing.
+    """
+    from jax._src import compilation_cache as cc
+
+    names = ("_cache_initialized_mutex", "_cache_checked", "_cache_used")
+    if not all(hasattr(cc, n) for n in names):
+        yield False
+        return
+    with cc._cache_initialized_mutex:
+        saved = (cc._cache_checked, cc._cache_used)
+        cc._cache_checked, cc._cache_used = True, False
+    try:
+        yield True
+    finally:
+        with cc._cache_initialized_mutex:
+            cc._cache_checked, cc._cache_used = saved
+
+
+def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """The executable for ``key`` and whether it was loaded from disk (not yet run here)."""
+    compiled = _MEMORY.get(key)
+    if compiled is not None:
+        return compiled, False
+    path = folder() / f"{key}.jaxexe"
+    compiled = _load(path)
+    loaded = compiled is not None
+    if compiled is None:
+        with _without_jax_cache() as fresh:
+            compiled = jitted.lower(*args, **kwargs).compile()
+        if fresh:
+            _store(path, compiled)
+    _MEMORY[key] = compiled
+    return compiled, loaded
+
+
+def _run(jitted, key: str, args: tuple, kwargs: dict, statics: dict) -> Any:
+    compiled, loaded = _executable(jitted, key, args, {**kwargs, **statics})
+    if not loaded:
+        return compiled(*args, **kwargs)
+    try:
+        return compiled(*args, **kwargs)
+    except jax.errors.JaxRuntimeError:
+        # A stored executable that does not run here (a defect of its serialisation): forget it
+        # and trace as usual. The programs are pure, so running them again is safe.
+        _MEMORY.pop(key, None)
+        (folder() / f"{key}.jaxexe").unlink(missing_ok=True)
+        return jitted(*args, **kwargs, **statics)
+
+
+def persistent_jit(
+    fun: Callable | None = None, *, static_argnames: tuple[str, ...] = ()
+) -> Callable:
+    """``jax.jit(fun, static_argnames=...)`` whose executables a later process loads from disk.
+
+    Outside :func:`enabled` the call is exactly the jitted function's (``.jitted`` is that function).
+    Inside it, see the module docstring.
+    """
+    if fun is None:
+        return functools.partial(persistent_jit, static_argnames=static_argnames)
+    jitted = jax.jit(fun, static_argnames=static_argnames)
+    name = f"{fun.__module__}.{fun.__qualname__}"
+    positional = [
+        p.name
+        for p in inspect.signature(fun).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+
+    @functools.wraps(fun)
+    def call(*args, **kwargs):
+        if not active():
+            return jitted(*args, **kwargs)
+        if any(n in static_argnames for n in positional[: len(args)]):
+            # A static passed by position: pass everything by name (the executable keeps that form).
+            named = dict(zip(positional[: len(args)], args, strict=True))
+            kwargs, args = {**named, **kwargs}, ()
+        statics = {k: kwargs.pop(k) for k in static_argnames if k in kwargs}
+        static_fp = fingerprint(statics)
+        key = None if static_fp is None else _key(name, static_fp, args, kwargs)
+        if key is None:
+            return jitted(*args, **kwargs, **statics)
+        return _run(jitted, key, args, kwargs, statics)
+
+    call.jitted = jitted
+    return call
+
+
+__all__ = ["active", "enabled", "fingerprint", "folder", "persistent_jit", "register"]

@@ -9,7 +9,9 @@ This package answers three ways, each checking the others: analytic closed forms
 Compiled programs are cached on disk (JAX's persistent compilation cache) in
 ``$CBDP_JAX_CACHE_DIR`` or ``~/.cache/cbdp_jax/jax``, so a second process does not recompile them. Set
 ``CBDP_JAX_COMPILATION_CACHE=0`` to leave JAX's cache settings alone; a cache folder you configured
-yourself (``jax_compilation_cache_dir``) is always respected.
+yourself (``jax_compilation_cache_dir``) is always respected. The ``cbdp`` command line also keeps the
+estimator's executables in ``programs/`` there, so that its next process skips tracing as well
+(``CBDP_JAX_PROGRAM_CACHE=0`` turns that off).
 """
 
 from cbdp_jax._src.cache import enable_compilation_cache as _enable_compilation_cache

@@ -5,6 +5,11 @@ without the global flag (the exact layer computes in float64 on its own). Tests 
 from JAX itself carry the ``x64`` marker and run with ``jax.enable_x64(True)`` around them; run only
 those with ``python -m pytest -q -m x64``.
 
+The program store (``cbdp_jax/_src/programs.py``: compiled programs kept on disk for the next ``cbdp``
+process) is off for the whole suite, subprocesses included: a test that patches library code must never
+be served an executable stored from the unpatched code. ``tests/test_programs.py`` switches it on in a
+folder of its own.
+
 Hypothesis runs derandomized (a fixed sequence of examples, the same on every run and machine): a
 property test that fails once fails every time, and CI cannot be red by the luck of a draw. Set
 ``HYPOTHESIS_PROFILE=explore`` to draw fresh examples locally.
@@ -16,6 +21,8 @@ import chex
 import jax
 import pytest
 from hypothesis import settings
+
+os.environ["CBDP_JAX_PROGRAM_CACHE"] = "0"
 
 settings.register_profile("derandomized", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)

@@ -379,7 +379,7 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     config, trainer = prob.config, prob.trainer
     pooled = prob.stats_sample
     k_init, k_train = keys.split(key)
-    member_keys = jax.random.split(k_init, config.ensemble)
+    member_keys = keys.split_array(k_init, num=config.ensemble)
     warnings: list[str] = []
     lr = config.learning_rate
     restarts = 0
@@ -483,7 +483,7 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
         label = f"{bound:.4g}*tanh({spec.label}/{bound:.4g})"
         return certification.Plan(guarantee, method, bound, scale, shift, 1.0, support, label)
     shrink = 1.0
-    if spec.is_cone:
+    if spec.is_cone and certification.shrink_changes_tails(div):
         fit_q = prob.train[1] if prob.train is not None else prob.stats_sample[1]
         scale, shift, shrink = certification.shrink_for_tails(
             div,

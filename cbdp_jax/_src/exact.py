@@ -356,6 +356,23 @@ def _additive_pair(cls, noise: dict, sensitivity) -> mech.NeighbouringPair:
     return mech.NeighbouringPair(mechanism, np.zeros(len(v)), np.asarray(v, np.float64))
 
 
+def _answer64(m, dataset) -> np.ndarray:
+    """The query answer ``[dim]`` of ``dataset`` in float64 (a shift of 0.1 must not round to float32).
+
+    A plain dataset of the right shape (no query) is read on the host; anything else goes through the
+    mechanism's own ``_answer_vector`` under a scoped 64-bit JAX, which also gives its errors.
+    """
+    if m.query is None and not isinstance(dataset, jax.core.Tracer):
+        try:
+            answer = np.asarray(dataset, np.float64)
+        except (TypeError, ValueError):
+            answer = None
+        if answer is not None and (answer.shape == (m.dim,) or (answer.shape == () and m.dim == 1)):
+            return answer.reshape(m.dim)
+    with jax.enable_x64(True):
+        return np.asarray(mech._answer_vector(dataset, m.query, m.dim, np.float64), np.float64)
+
+
 def output_laws(pair: Any) -> NoisePair:
     """The closed-form description of a pair's two output laws, which the exact layer integrates.
 
@@ -399,12 +416,7 @@ def _laws_of(pair: mech.NeighbouringPair) -> NoisePair:
     scale = np.asarray(m.noise_scale, np.float64)
     if scale.ndim != 0:
         _fail("pair", m.label, "has a batched noise parameter; the exact layer takes one value")
-    # The query answers in float64 (a scoped 64-bit JAX: a shift such as 0.1 must not round to float32).
-    with jax.enable_x64(True):
-        f_d, f_d2 = (
-            np.asarray(mech._answer_vector(d, m.query, m.dim, np.float64), np.float64)
-            for d in (pair.dataset, pair.neighbour)
-        )
+    f_d, f_d2 = (_answer64(m, d) for d in (pair.dataset, pair.neighbour))
     shift = tuple(float(x) for x in f_d2 - f_d)
     if isinstance(m, mech.NonPrivateRelease):
         return NoisePair("point_mass", 0.0, shift)

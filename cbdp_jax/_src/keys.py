@@ -31,10 +31,16 @@ def split(key: jax.Array, *, num: int = 2) -> tuple[jax.Array, ...]:
     return tuple(jax.random.split(key, num))
 
 
+@persistent_jit(static_argnames=("num",))
+def split_array(key: jax.Array, *, num: int) -> jax.Array:
+    """``jax.random.split(key, num)``: ``num`` new keys as one array (one per ensemble member)."""
+    return jax.random.split(key, num)
+
+
 @persistent_jit
 def fold_in(key: jax.Array, data) -> jax.Array:
     """``jax.random.fold_in(key, data)``."""
     return jax.random.fold_in(key, data)
 
 
-__all__ = ["fold_in", "from_seed", "split"]
+__all__ = ["fold_in", "from_seed", "split", "split_array"]

@@ -20,10 +20,15 @@ optimiser, callback or function -- sends the call to the plain ``jax.jit`` path:
 program it cannot prove is the one the call would have traced. A call inside a user's trace (a tracer
 among the arguments) is inlined as usual.
 
+Only executables seen compiled afresh are stored (JAX's persistent cache is set aside for that compile):
+on XLA:CPU an executable JAX loaded from its own cache does not survive a second serialisation. A stored
+executable that still fails when run is deleted, and the call is traced as usual.
+
 The files live in ``programs/`` inside the package's cache folder (``$CBDP_JAX_CACHE_DIR/programs``, by
 default ``~/.cache/cbdp_jax/jax/programs``; JAX's own cache files there are ``*-cache`` and never
-collide); deleting it is always safe. ``CBDP_JAX_PROGRAM_CACHE=0`` turns
-the store off, and so does ``CBDP_JAX_COMPILATION_CACHE=0``.
+collide); deleting it is always safe. ``CBDP_JAX_PROGRAM_CACHE=0`` turns the store off, and so does
+``CBDP_JAX_COMPILATION_CACHE=0``. The folder is kept under ``CBDP_JAX_PROGRAM_CACHE_MAX_MB`` (default
+1024): past it, the least recently used files go.
 """
 
 from __future__ import annotations
@@ -199,9 +204,42 @@ def _load(path: Path) -> Any | None:
 
     try:
         payload, in_tree, out_tree = pickle.loads(path.read_bytes())
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        os.utime(path)  # recently used: the size limit removes the others first
+        return compiled
     except Exception:  # noqa: BLE001 -- a missing, partial or foreign file is a miss, never an error
         return None
+
+
+def max_bytes() -> int:
+    """The store's size limit, ``CBDP_JAX_PROGRAM_CACHE_MAX_MB`` megabytes (default 1024)."""
+    try:
+        return int(float(os.environ.get("CBDP_JAX_PROGRAM_CACHE_MAX_MB", "1024")) * 2**20)
+    except ValueError:
+        return 1024 * 2**20
+
+
+def prune(where: Path, limit: int) -> int:
+    """Removes the least recently used executables until ``where`` holds at most ``limit`` bytes.
+
+    Returns the number of files removed. Files other processes remove meanwhile are skipped.
+    """
+    entries = []
+    for path in where.glob("*.jaxexe"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        entries.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, path in sorted(entries):
+        if total <= limit:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+        removed += 1
+    return removed
 
 
 def _store(path: Path, compiled: Any) -> None:
@@ -210,6 +248,7 @@ def _store(path: Path, compiled: Any) -> None:
     try:
         blob = pickle.dumps(serialize_executable.serialize(compiled))
         atomic_write_bytes(path, blob)
+        prune(path.parent, max_bytes())
     except Exception:  # noqa: BLE001 -- not serialisable (host callbacks) or a read-only folder
         pass
 
@@ -240,8 +279,29 @@ def _without_jax_cache() -> Iterator[bool]:
             cc._cache_checked, cc._cache_used = saved
 
 
+_COMPILES = {"n": 0, "listening": False}
+
+
+def _count_compiles() -> None:
+    """Counts XLA compilations (JAX's backend-compile events), from the first call on."""
+    if _COMPILES["listening"]:
+        return
+
+    def listener(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            _COMPILES["n"] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    _COMPILES["listening"] = True
+
+
 def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]:
-    """The executable for ``key`` and whether it was loaded from disk (not yet run here)."""
+    """The executable for ``key`` and whether it was loaded from disk (not yet run here).
+
+    Only an executable this call saw compiled afresh is stored. ``compile()`` may instead return one
+    JAX already holds in memory, which may have come from JAX's persistent cache, and such an
+    executable does not survive a second serialisation (:func:`_without_jax_cache`).
+    """
     compiled = _MEMORY.get(key)
     if compiled is not None:
         return compiled, False
@@ -249,9 +309,11 @@ def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]
     compiled = _load(path)
     loaded = compiled is not None
     if compiled is None:
-        with _without_jax_cache() as fresh:
+        _count_compiles()
+        before = _COMPILES["n"]
+        with _without_jax_cache() as bypassed:
             compiled = jitted.lower(*args, **kwargs).compile()
-        if fresh:
+        if bypassed and _COMPILES["n"] > before:
             _store(path, compiled)
     _MEMORY[key] = compiled
     return compiled, loaded
@@ -262,7 +324,8 @@ def _run(jitted, key: str, args: tuple, kwargs: dict, statics: dict) -> Any:
     if not loaded:
         return compiled(*args, **kwargs)
     try:
-        return compiled(*args, **kwargs)
+        # Errors of an executable surface when its outputs are read: wait for them here.
+        return jax.block_until_ready(compiled(*args, **kwargs))
     except jax.errors.JaxRuntimeError:
         # A stored executable that does not run here (a defect of its serialisation): forget it
         # and trace as usual. The programs are pure, so running them again is safe.
@@ -308,4 +371,13 @@ def persistent_jit(
     return call
 
 
-__all__ = ["active", "enabled", "fingerprint", "folder", "persistent_jit", "register"]
+__all__ = [
+    "active",
+    "enabled",
+    "fingerprint",
+    "folder",
+    "max_bytes",
+    "persistent_jit",
+    "prune",
+    "register",
+]

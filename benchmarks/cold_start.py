@@ -78,8 +78,20 @@ report()
 """
 
 
-def child(calls: int, cache: str) -> dict[str, Any]:
+def _env(cache: str) -> dict[str, str]:
+    """The children's environment: the fresh cache folder, and Python's bytecode cache as a user has it.
+
+    ``PYTHONDONTWRITEBYTECODE`` (set on some build machines) would make every process compile the
+    package's modules from source again; without it the first process writes them, as a user's
+    first import does.
+    """
     env = dict(os.environ, CBDP_JAX_CACHE_DIR=cache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def child(calls: int, cache: str) -> dict[str, Any]:
+    env = _env(cache)
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(calls), *ARGS],
@@ -98,7 +110,7 @@ def child(calls: int, cache: str) -> dict[str, Any]:
 def executable(cache: str) -> float:
     """Wall seconds of the installed ``cbdp`` executable running the case on the cache ``cache``."""
     exe = Path(sys.executable).with_name("cbdp")
-    env = dict(os.environ, CBDP_JAX_CACHE_DIR=cache)
+    env = _env(cache)
     t0 = time.perf_counter()
     subprocess.run([str(exe), *ARGS], capture_output=True, env=env, check=True)
     return time.perf_counter() - t0

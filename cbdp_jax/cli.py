@@ -376,10 +376,10 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     try:
         config = EstimatorConfig(**cfg_kwargs)
         # Every CLI call is a cold start: run the compiled programs a previous process stored.
-        with programs.enabled():
-            if mech is None:
-                return _estimate_from_files(args, config, options)
-            result = estimate(
+        if mech is None:
+            return programs.run(_estimate_from_files, args, config, options)
+        result = programs.run(
+            lambda: estimate(
                 keys.from_seed(args["seed"]),
                 mech,
                 samples=args["samples"],
@@ -390,6 +390,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
                 config=config,
                 **options,
             )
+        )
     finally:
         if bar is not None:
             bar.stop()

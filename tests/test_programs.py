@@ -117,6 +117,33 @@ def test_a_damaged_file_is_a_miss_and_a_failing_executable_is_dropped(store, mon
     assert not path.exists()  # the file that failed is removed
 
 
+def test_run_retries_without_the_loaded_executables_when_an_error_surfaces_later(store):
+    # An executable's run-time error can surface when its outputs are read, after the call returned:
+    # programs.run then deletes what this call loaded and runs the function once more.
+    x = fresh()
+    expected = float(_powered(x, 1.0, power=2))
+    (path,) = _files(store)
+    programs._MEMORY.clear()
+    attempts = []
+
+    def work():
+        out = float(_powered(x, 1.0, power=2))  # loaded from the file on the first attempt
+        attempts.append(out)
+        if len(attempts) == 1:
+            raise jax.errors.JaxRuntimeError("INTERNAL: Function slice_bitcast_fusion not found")
+        return out
+
+    assert programs.run(work) == expected
+    assert len(attempts) == 2 and not path.exists()
+
+    # Negative control: with nothing loaded, the error is the caller's and is raised as is.
+    def failing():
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory")
+
+    with pytest.raises(jax.errors.JaxRuntimeError, match="out of memory"):
+        programs.run(failing)
+
+
 def test_opting_out_and_tracing_use_the_plain_compiled_function(store, monkeypatch):
     x, y = fresh(), fresh()
     want = float(jnp.sum(x**2))

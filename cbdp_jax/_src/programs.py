@@ -54,6 +54,7 @@ from cbdp_jax._src.io import atomic_write_bytes
 _PACKAGE = Path(__file__).resolve().parent.parent
 _STATE = {"depth": 0}
 _MEMORY: dict[str, Any] = {}
+_LOADED: dict[str, Path] = {}  # executables read from disk in this process, by key
 _REGISTERED: dict[Any, str] = {}
 
 
@@ -75,6 +76,35 @@ def enabled() -> Iterator[None]:
         yield
     finally:
         _STATE["depth"] -= 1
+
+
+def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with the store on, once more without what it loaded if that failed.
+
+    An executable's run-time error surfaces when its outputs are read, not when it is called. If
+    ``fn`` raises a ``JaxRuntimeError`` after executables were loaded from disk, those files are
+    deleted and ``fn`` runs again, tracing and storing afresh (the programs are pure, so running them
+    twice is safe); an error that remains is raised. Where nothing was loaded the error is raised as is.
+    """
+    with enabled():
+        _LOADED.clear()
+        try:
+            return fn(*args, **kwargs)
+        except jax.errors.JaxRuntimeError:
+            if not _LOADED:
+                raise
+            discard_loaded()
+        return fn(*args, **kwargs)
+
+
+def discard_loaded() -> int:
+    """Deletes the executables loaded from disk in this process (and forgets them); returns how many."""
+    n = len(_LOADED)
+    for key, path in _LOADED.items():
+        _MEMORY.pop(key, None)
+        path.unlink(missing_ok=True)
+    _LOADED.clear()
+    return n
 
 
 def register(obj: Any, recipe: str) -> None:
@@ -308,7 +338,9 @@ def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]
     path = folder() / f"{key}.jaxexe"
     compiled = _load(path)
     loaded = compiled is not None
-    if compiled is None:
+    if loaded:
+        _LOADED[key] = path
+    else:
         _count_compiles()
         before = _COMPILES["n"]
         with _without_jax_cache() as bypassed:
@@ -321,15 +353,15 @@ def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]
 
 def _run(jitted, key: str, args: tuple, kwargs: dict, statics: dict) -> Any:
     compiled, loaded = _executable(jitted, key, args, {**kwargs, **statics})
-    if not loaded:
-        return compiled(*args, **kwargs)
     try:
-        # Errors of an executable surface when its outputs are read: wait for them here.
-        return jax.block_until_ready(compiled(*args, **kwargs))
+        return compiled(*args, **kwargs)
     except jax.errors.JaxRuntimeError:
-        # A stored executable that does not run here (a defect of its serialisation): forget it
-        # and trace as usual. The programs are pure, so running them again is safe.
+        if not loaded:
+            raise
+        # A stored executable refused at dispatch: forget it and trace as usual (the programs are
+        # pure). An error that surfaces later, when outputs are read, is for run() to handle.
         _MEMORY.pop(key, None)
+        _LOADED.pop(key, None)
         (folder() / f"{key}.jaxexe").unlink(missing_ok=True)
         return jitted(*args, **kwargs, **statics)
 
@@ -373,6 +405,7 @@ def persistent_jit(
 
 __all__ = [
     "active",
+    "discard_loaded",
     "enabled",
     "fingerprint",
     "folder",
@@ -380,4 +413,5 @@ __all__ = [
     "persistent_jit",
     "prune",
     "register",
+    "run",
 ]

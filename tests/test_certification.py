@@ -376,3 +376,49 @@ def test_a_shrink_never_moves_a_critic_whose_tail_index_it_cannot_change(diverge
     # Negative control: KL on the same problem does shrink.
     kl = get_divergence("kl")
     assert certification.shrink_for_tails(kl, "dv", **kw)[2] < 1.0
+
+
+def test_a_critic_with_enormous_outputs_still_gets_a_valid_finite_sample_support():
+    # Against a nearly non-private mechanism a trained critic can output ~1e7: every B on the grid
+    # built from its spread makes exp(B - 1) overflow, so no candidate had a finite support and the
+    # placeholder support [0, 1] was handed to the betting bound, which then raised ("observations
+    # leave the stated support"). The search now falls back to B below the overflow.
+    div = get_divergence("kl")
+    rng = np.random.default_rng(5)
+    h_p = 1e7 * (1.0 + rng.random(4000))
+    h_q = -1e7 * (1.0 + rng.random(4000))
+    lo_b, hi_b = 0.25 * 1e7, 4.0 * 2e7
+    grid = list(np.geomspace(lo_b, hi_b, 32))
+    # Negative control: the grid alone has no usable candidate.
+    assert certification._best_bound(div, h_p, h_q, grid, 100_000, 0.95, "auto", False) is None
+    b, method, (lo, hi) = certification.choose_bound(div, h_p, h_q, n_test=100_000, confidence=0.95)
+    assert 0 < b <= certification.largest_finite_bound(div) and math.isfinite(lo + hi)
+    z = b * np.tanh(h_p / b) - np.exp(b * np.tanh(h_q / b) - 1.0)
+    assert np.all((z >= lo) & (z <= hi))
+
+
+@pytest.mark.parametrize("name", ["kl", "renyi", "tv", "hellinger", "chi2", "js"])
+def test_the_largest_finite_bound_keeps_both_conjugate_terms_finite_in_float32(name):
+    div = get_divergence(name, alpha=2.0 if name == "renyi" else None)
+    cap = certification.largest_finite_bound(div)
+    values = np.asarray(div.conjugate(np.array([cap, -cap, 2 * cap, -2 * cap], np.float32)))
+    assert np.all(np.isfinite(values))  # at the cap, and at twice it (the margin for rounding)
+    assert math.isfinite(sum(certification.support(div, cap)))
+
+
+def test_randomized_response_at_eps_12_gets_a_finite_sample_bound_below_the_truth():
+    # The case of the issue: 1e5 samples per side of randomized response at eps = 12 (KL = 11.9999).
+    # It crashed with the finite-sample guarantee; now the bound is finite, below the truth (by far: n
+    # samples can certify at most ~log n), and says how much n could certify. Deterministic checks:
+    # the truth exceeds the sample-size ceiling, which the bound never exceeds.
+    res = estimate(
+        jax.random.key(12),
+        RandomizedResponse(epsilon=12.0),
+        samples=100_000,
+        adversary="mlp",
+        config=EstimatorConfig(steps=300, ensemble=2, batch_size=2048, guarantee="finite-sample"),
+    )
+    truth = (1 - 2 / (1 + math.exp(12.0))) * 12.0
+    assert res.guarantee == "finite-sample" and math.isfinite(res.lower_bound)
+    assert 0.0 <= res.lower_bound <= res.certifiable_max < truth
+    assert any("can certify at most" in w for w in res.warnings)

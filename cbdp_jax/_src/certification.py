@@ -227,29 +227,69 @@ def choose_bound(
     top = float(np.max(np.abs(np.concatenate([h_p, h_q])))) if n else 1.0
     med = float(np.median(np.abs(np.concatenate([h_p, h_q])))) if n else 1.0
     if fixed_bound is not None:
-        candidates = [float(fixed_bound)]
-    else:
-        lo_b = max(0.25 * med, 1e-3)
-        hi_b = max(4.0 * top, 2.0 * lo_b)
-        candidates = list(np.geomspace(lo_b, hi_b, _B_CANDIDATES))
-        if div.conjugate_sup < math.inf:
-            cap = 0.99 * div.conjugate_sup
-            candidates = sorted({min(b, cap) for b in candidates})
-    best = (-math.inf, candidates[0], "betting", (0.0, 1.0))
+        return _best_bound(div, h_p, h_q, [float(fixed_bound)], n_test, confidence, method, True)
+    lo_b = max(0.25 * med, 1e-3)
+    hi_b = max(4.0 * top, 2.0 * lo_b)
+    candidates = list(np.geomspace(lo_b, hi_b, _B_CANDIDATES))
+    if div.conjugate_sup < math.inf:
+        cap = 0.99 * div.conjugate_sup
+        candidates = sorted({min(b, cap) for b in candidates})
+    found = _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, False)
+    if found is not None:
+        return found
+    # Every B on the grid made f*(+-B) overflow (a critic with enormous outputs, e.g. against a nearly
+    # non-private mechanism): search below the largest B whose terms are finite instead.
+    cap = largest_finite_bound(div)
+    small = list(np.geomspace(min(1e-3, cap / 2), cap, _B_CANDIDATES))
+    found = _best_bound(div, h_p, h_q, small, n_test, confidence, method, False)
+    return found or (cap, _fixed_method(method), support(div, cap))
+
+
+def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
+    """``(B, method, support)`` of the candidate with the best predicted bound.
+
+    None when no candidate has a finite support and finite validation terms; for a fixed bound its
+    support then, finite or not (an infinite one makes the bound refused, with its reason).
+    """
+    best = None
     for b in candidates:
         lo, hi = support(div, b)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             continue
-        hb_p = h_p if fixed_bound is not None else _bounded(h_p, b)
-        hb_q = h_q if fixed_bound is not None else _bounded(h_q, b)
+        hb_p = h_p if fixed else _bounded(h_p, b)
+        hb_q = h_q if fixed else _bounded(h_q, b)
         t_p, t_q = _terms(div, hb_p, hb_q)
         value, m = predicted_bound(t_p - t_q, lo, hi, n_test, confidence)
         if method != "auto":
             m = method
-        if value > best[0]:
+        if not math.isfinite(value):
+            continue
+        if best is None or value > best[0]:
             best = (value, b, m, (lo, hi))
-    _, b, m, sup = best
-    return b, m, sup
+    if best is None:
+        if fixed:
+            return candidates[0], _fixed_method(method), support(div, candidates[0])
+        return None
+    return best[1], best[2], best[3]
+
+
+def _fixed_method(method: str) -> str:
+    return "betting" if method == "auto" else method
+
+
+def largest_finite_bound(div: Divergence, dtype=np.float32) -> float:
+    """Half the largest B (on a grid up to 1e9) whose f*(B) and f*(-B) are finite in ``dtype``.
+
+    The held-out terms of ``B tanh(h / B)`` are computed in the evaluation dtype, so a B whose conjugate
+    overflows there gives no usable difference. Half, so that rounding near the edge never overflows.
+    """
+    grid = np.geomspace(1e-3, 1e9, 385).astype(dtype)
+    with np.errstate(all="ignore"):
+        both = np.asarray(_conjugate_program(np.concatenate([grid, -grid]), div=div))
+    ok = np.isfinite(both[: grid.size]) & np.isfinite(both[grid.size :])
+    if div.conjugate_sup < math.inf:
+        ok &= grid < div.conjugate_sup
+    return float(grid[ok].max()) / 2.0 if ok.any() else 1e-3
 
 
 def tail_target(n_test: int, margin: float) -> float:

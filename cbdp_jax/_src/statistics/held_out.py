@@ -206,6 +206,13 @@ def certify(
     if guarantee == "finite-sample":
         if support is None:
             raise ValueError("a finite-sample bound needs the support of the paired differences")
+        if not (math.isfinite(support[0]) and math.isfinite(support[1])):
+            level = bounds.family_confidence(confidence, family_size)
+            refused = bounds.Bound(-math.inf, "finite-sample", method, level, family_size)
+            return refused.refused(
+                "the critic's range makes f*(h) overflow, so the paired differences have no finite "
+                "support and no finite-sample bound exists for it; use a smaller bound B"
+            ), check
         bound = bounds.finite_sample_lower_bound(
             lo=support[0],
             hi=support[1],

@@ -602,6 +602,9 @@ def estimate_cmd(
 
     The result names the kind of its bound (finite-sample or asymptotic) and what it bounds. With
     --p-samples and --q-samples the samples come from files and no mechanism is run.
+
+    The compiled programs are kept in the cache folder, so the next call with the same shapes starts
+    without compiling (CBDP_JAX_PROGRAM_CACHE=0 turns that off).
     """
     check_choice("format", output_format, FORMATS)
     if out is not None:

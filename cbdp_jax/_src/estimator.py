@@ -28,7 +28,14 @@ from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adver
 from cbdp_jax._src.core import Trainer, cached_trainer
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
-from cbdp_jax._src.evaluation import Critic, Padded, array_chunks, critic_outputs, evaluate_fixed
+from cbdp_jax._src.evaluation import (
+    Critic,
+    Padded,
+    array_chunks,
+    critic_outputs,
+    evaluate_fixed,
+    pad_rows,
+)
 from cbdp_jax._src.io import environment_info, to_json
 from cbdp_jax._src.objectives import kl_domain_reduction
 from cbdp_jax._src.programs import persistent_jit
@@ -917,8 +924,7 @@ def _draw(key, index, dataset, *, mechanism, n: int, rows: int, dtype):
     ``n`` samples of M(dataset) under ``fold_in(key, index)``; ``rows`` is the evaluation program's
     chunk size.
     """
-    x = mechanism.sample(jax.random.fold_in(key, index), dataset, n, dtype=dtype)
-    return jnp.pad(x, ((0, rows - n), (0, 0))) if rows > n else x
+    return pad_rows(mechanism.sample(jax.random.fold_in(key, index), dataset, n, dtype=dtype), rows)
 
 
 def _sample_chunks(

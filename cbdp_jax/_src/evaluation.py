@@ -29,7 +29,15 @@ from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax._src.training import apply_fn
 
-__all__ = ["Critic", "Padded", "array_chunks", "critic_outputs", "evaluate_fixed", "z_quantile"]
+__all__ = [
+    "Critic",
+    "Padded",
+    "array_chunks",
+    "critic_outputs",
+    "evaluate_fixed",
+    "pad_rows",
+    "z_quantile",
+]
 
 
 class Padded(NamedTuple):
@@ -120,8 +128,13 @@ def _pad(x, rows: int, like) -> tuple[Any, int]:
 @persistent_jit(static_argnames=("rows", "n"))
 def _block(x: jax.Array, start, *, rows: int, n: int) -> jax.Array:
     """Rows ``start .. start + n`` of ``x``, zero-padded to ``rows`` rows (one program per shape)."""
-    block = jax.lax.dynamic_slice_in_dim(x, start, n, axis=0)
-    return jnp.pad(block, ((0, rows - n),) + ((0, 0),) * (x.ndim - 1)) if rows > n else block
+    return pad_rows(jax.lax.dynamic_slice_in_dim(x, start, n, axis=0), rows)
+
+
+def pad_rows(x: jax.Array, rows: int) -> jax.Array:
+    """``x`` zero-padded along its first axis to ``rows`` rows (traceable; the chunk padding rule)."""
+    n = x.shape[0]
+    return jnp.pad(x, ((0, rows - n),) + ((0, 0),) * (x.ndim - 1)) if rows > n else x
 
 
 def evaluate_fixed(

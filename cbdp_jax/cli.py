@@ -450,15 +450,36 @@ def _mechanism_label(args: dict[str, Any], params: dict[str, Any]) -> str:
     return f"{args['mechanism']} " + ", ".join(parts)
 
 
-def reference_of(result, args: dict[str, Any], params: dict[str, Any]):
-    """The known value an estimate is compared with (exact restricted, or unrestricted), or None."""
+def reference_of(result, args: dict[str, Any], params: dict[str, Any], *, exact_allowed=True):
+    """The known value an estimate is compared with (exact restricted, or unrestricted), or None.
+
+    ``exact_allowed=False``: the unrestricted value (for a bound that is not on the named class).
+    """
     from cbdp_jax._src.adversaries import make_adversary
     from cbdp_jax._src.reference import reference_for
 
     spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
     return reference_for(
-        args["mechanism"], params, spec, args["divergence"], args.get("alpha"), result.divergence
+        args["mechanism"],
+        params,
+        spec,
+        args["divergence"],
+        args.get("alpha"),
+        result.divergence,
+        exact_allowed=exact_allowed,
     )
+
+
+def _references(result, args: dict[str, Any], params: dict[str, Any]) -> tuple[Any, Any]:
+    """``(reference beside the bound, reference beside the estimate)``.
+
+    The same value unless the bound is not on the named class (``B tanh(H / B)``): the bound is then
+    shown beside the unrestricted divergence and the estimate beside the exact value of H.
+    """
+    reference = reference_of(result, args, params)
+    if result.bound_on_named_class or reference is None or reference.kind != "exact restricted":
+        return reference, None
+    return reference_of(result, args, params, exact_allowed=False), reference
 
 
 def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
@@ -468,6 +489,7 @@ def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
         rec["mechanism"] = "samples"
         rec["mechanism_label"] = f"samples {args['p_samples']} vs {args['q_samples']}"
         rec["reference"] = None
+        rec["estimate_reference"] = None
         return rec
     _, params = _make_mechanism(
         args["mechanism"],
@@ -476,7 +498,7 @@ def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
         args.get("sensitivity"),
         args.get("k"),
     )
-    reference = reference_of(result, args, params)
+    reference, estimate_reference = _references(result, args, params)
     rec = result.to_dict()
     rec["samples"] = args["samples"]
     rec["sample_counts"] = result.samples
@@ -484,6 +506,9 @@ def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
     rec["mechanism"] = args["mechanism"]
     rec["mechanism_label"] = _mechanism_label(args, params)
     rec["reference"] = None if reference is None else reference.to_dict()
+    rec["estimate_reference"] = (
+        None if estimate_reference is None else estimate_reference.to_dict()
+    )
     return rec
 
 
@@ -678,6 +703,9 @@ def _emit(
         return
     _print_record(title, _estimate_fields(record))
     typer.echo(f"lower bound: {result.guarantee} ({result.bound_method}) on {result.bounds}")
+    typer.echo(f"assumption: {result.assumption}")
+    if result.guarantee_choice:
+        typer.echo(f"guarantee: {result.guarantee_choice}")
     if not result.bound_reliable and result.refusal:
         typer.echo(f"bound refused: {result.refusal}", err=True)
     for w in result.warnings:
@@ -693,6 +721,8 @@ def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:
         ("divergence", record["divergence"]),
         ("estimate", record["estimate"]),
         ("lower_bound", record["lower_bound"]),
+        ("bound on class", record.get("certified_class")),
+        ("bounds D^H of named", record.get("bound_on_named_class")),
         ("guarantee", record.get("guarantee")),
         ("confidence", record["confidence"]),
         ("std_error", record["std_error"]),
@@ -706,6 +736,9 @@ def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:
     reference = record.get("reference")
     if reference is not None:
         fields.append((reference["kind"], reference["value"]))
+    estimate_reference = record.get("estimate_reference")
+    if estimate_reference is not None:
+        fields.append((f"{estimate_reference['kind']} (estimate)", estimate_reference["value"]))
     fields += [
         ("train samples", [counts["train_p"], counts["train_q"]]),
         ("validation", [counts["val_p"], counts["val_q"]]),
@@ -770,8 +803,12 @@ def audit_cmd(
 ) -> None:
     """Audit a mechanism's privacy claim: search a worst pair, certify it on fresh samples.
 
-    A violation is reported only when a certified (finite-sample, family-wise) lower bound exceeds the
-    claim; otherwise the strongest certified bound and the samples a violation would need.
+    A violation is reported only when a certified (family-wise) lower bound exceeds the claim;
+    otherwise the strongest certified bound and what the audit could have detected. Pure and
+    approximate claims also report the empirical epsilon (the largest eps the certified curve
+    refutes) and GDP mu. A capacity claim on class H is checked only with bounds on H itself.
+
+    Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
     """
     import jax
 
@@ -804,6 +841,8 @@ def audit_cmd(
     _emit_audit(result, output_format, out)
     if output_format == "json":
         typer.echo(to_json(result.to_dict()))
+    if result.violation:
+        raise typer.Exit(1)  # a script can tell: 1 = violation certified (0 = none, 2 = bad input)
 
 
 def _parse_classes(text: str) -> tuple[str, ...]:
@@ -869,6 +908,9 @@ def _emit_audit(result, output_format: str, out: Path | None) -> None:
             f"{r.critic[:22]:<22} {r.direction:<5} {r.grid:>8.3g} {r.claimed:>10.4g} "
             f"{r.lower_bound:>10.4g}" + ("  VIOLATION" if r.violation else "")
         )
+    notes = dict.fromkeys(r.note for r in result.rows if r.note)
+    for note in notes:
+        typer.echo(f"note: {note}")
     typer.echo(result.verdict)
 
 

@@ -12,8 +12,13 @@
    size would need.
 
 Claims (docs/theory/auditing.md): ``pure:EPS`` and ``approx:EPS:DELTA`` are checked with the
-hockey-stick divergence (pure eps-DP as its delta = 0 case), ``renyi:ALPHA:EPS`` and
-``capacity:CLASS:DIV[:ALPHA]:VALUE`` with the estimator's finite-sample bound.
+hockey-stick divergence (pure eps-DP as its delta = 0 case), and the audit reports the empirical
+epsilon: the largest eps whose (eps, delta) claim the certified curve refutes, and the largest GDP mu
+it refutes. ``renyi:ALPHA:EPS`` is checked with the estimator's finite-sample bound (any critic's bound
+is a bound on the unrestricted divergence). ``capacity:CLASS:DIV[:ALPHA]:VALUE`` is a claim about D^H for
+that class, so it is checked only with bounds on a subset of H: the finite-sample bound of a bounded
+class, and for an unbounded class the asymptotic bound on the class itself (its assumption stated) --
+never the finite-sample bound of ``B tanh(H / B)``, which is not inside H and has a larger divergence.
 """
 
 from __future__ import annotations
@@ -254,7 +259,11 @@ class AuditConfig:
 
 
 class Row(NamedTuple):
-    """One certified bound: class, direction, grid point, the claim there and the bound."""
+    """One certified bound: class, direction, grid point, the claim there and the bound.
+
+    ``guarantee`` is the bound's kind (``'finite-sample'`` or ``'asymptotic'``); ``note`` says why a
+    row certifies nothing (a refused bound, or a bound not on the claimed class), else is empty.
+    """
 
     critic: str
     direction: str
@@ -264,6 +273,98 @@ class Row(NamedTuple):
     lower_bound: float
     std: float
     violation: bool
+    guarantee: str = "finite-sample"
+    note: str = ""
+
+
+class EmpiricalEpsilon(NamedTuple):
+    """What the certified hockey-stick curve refutes (the number ML auditing papers report).
+
+    For every grid point eps_i the audit certifies (family-wise) a lower bound L_i on
+    delta(eps_i) = E_{e^eps_i}(P || Q). An (eps, delta) claim implies delta(eps_i) <= delta +
+    max(0, e^eps - e^eps_i), so it is refuted when some L_i exceeds that: every eps below
+    ``epsilon = max_i log(e^eps_i + L_i - delta)`` (over i with L_i > delta) is refuted at the audit's
+    level. A mu-GDP claim implies delta(eps) <= Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), which
+    grows with mu: every mu below ``gdp_mu`` is refuted.
+
+    Attributes:
+      delta: The delta of the (eps, delta) claims considered (the claim's own; 0 for a pure claim).
+      epsilon: The largest refuted eps (0 when none is refuted).
+      gdp_mu: The largest refuted GDP mu (0 when none is).
+      curve: ``(eps_i, L_i)`` of the certified curve (the best class and direction at each point).
+      confidence: The family-wise level at which they are refuted.
+
+    References:
+      Nasr et al. 2023, "Tight auditing of differentially private machine learning"; Dong, Roth, Su
+      2022, "Gaussian differential privacy" (the GDP trade-off curve, Corollary 2.13).
+
+    """
+
+    delta: float
+    epsilon: float
+    gdp_mu: float
+    curve: tuple[tuple[float, float], ...]
+    confidence: float
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return {
+            "delta": self.delta,
+            "epsilon": self.epsilon,
+            "gdp_mu": self.gdp_mu,
+            "confidence": self.confidence,
+            "curve": [{"epsilon": e, "lower_bound": b} for e, b in self.curve],
+        }
+
+
+def gdp_delta(mu: float, eps: float) -> float:
+    """delta(eps) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (Dong, Roth, Su, Cor. 2.13).
+
+    Computed with log-CDFs so that large eps does not overflow e^eps.
+    """
+    from scipy.special import log_ndtr
+
+    if mu <= 0:
+        return 0.0
+    a = log_ndtr(-eps / mu + mu / 2.0)
+    b = eps + log_ndtr(-eps / mu - mu / 2.0)
+    return float(math.exp(a) * -math.expm1(b - a)) if b < a else 0.0
+
+
+def _refuted_mu(eps: float, lower: float) -> float:
+    """The largest mu whose GDP delta at ``eps`` is below ``lower`` (0 if none): bisection on mu."""
+    if lower <= 0.0:
+        return 0.0
+    if lower >= 1.0:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    while gdp_delta(hi, eps) < lower:
+        hi *= 2.0
+        if hi > 1e3:
+            return math.inf
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gdp_delta(mid, eps) < lower else (lo, mid)
+    return lo
+
+
+def empirical_epsilon(rows, delta: float, confidence: float) -> EmpiricalEpsilon:
+    """The largest eps (at ``delta``) and GDP mu that the certified rows refute (:class:`EmpiricalEpsilon`).
+
+    Only rows of a hockey-stick audit (grid = epsilon) are meaningful here; every row is one member
+    of the audit's Bonferroni family, so the refutations hold together at ``confidence``.
+    """
+    best: dict[float, float] = {}
+    for r in rows:
+        if math.isfinite(r.lower_bound):
+            best[r.grid] = max(best.get(r.grid, -math.inf), r.lower_bound)
+    curve = tuple(sorted(best.items()))
+    eps_hat, mu_hat = 0.0, 0.0
+    for eps_i, low in curve:
+        if low > delta:
+            eps_hat = max(eps_hat, math.log(math.exp(eps_i) + low - delta))
+        mu_hat = max(mu_hat, _refuted_mu(eps_i, low))
+    return EmpiricalEpsilon(float(delta), eps_hat, mu_hat, curve, confidence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +384,8 @@ class AuditResult:
       samples: Certification samples per side.
       samples_needed: Held-out pairs a violation of ``violation_size`` would need (best row).
       seconds: Wall time.
+      grid_name: ``'epsilon'`` (hockey-stick rows) or ``'alpha'`` (estimator rows).
+      empirical: The empirical epsilon and GDP mu of a pure / approximate claim, else None.
 
     """
 
@@ -300,6 +403,7 @@ class AuditResult:
     violation_size: float
     seconds: float
     grid_name: str = "epsilon"
+    empirical: EmpiricalEpsilon | None = None
 
     def strongest(self) -> Row:
         """The row whose certified bound exceeds its claim by the most (or falls short least)."""
@@ -328,6 +432,7 @@ class AuditResult:
             "samples_needed": clean(float(self.samples_needed)),
             "violation_size": self.violation_size,
             "seconds": self.seconds,
+            "empirical": None if self.empirical is None else self.empirical.to_dict(),
         }
 
 
@@ -485,18 +590,30 @@ _ESTIMATOR_CLASSES = {
 }
 
 
+def _capacity_guarantee(cls: str) -> str:
+    """The bound a capacity claim on ``cls`` is checked with: one on D^H of that class itself.
+
+    A bounded class has a finite-sample bound on itself. An unbounded class has none (its critic's
+    terms are unbounded); the finite-sample bound of ``B tanh(H / B)`` is on another class, so the
+    asymptotic bound on H is used, with its assumption stated in the rows.
+    """
+    return "finite-sample" if _ESTIMATOR_CLASSES[cls].get("bound") is not None else "asymptotic"
+
+
 def _estimator_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[Row], int]:
     from cbdp_jax._src.estimator import EstimatorConfig, estimate_from_samples
 
     if claim.kind == "capacity":
         classes, divergence, alphas = [claim.adversary], claim.divergence, [claim.alpha]
+        guarantee = _capacity_guarantee(claim.adversary)
     else:
         classes = [c if c in _ESTIMATOR_CLASSES else "bounded-mlp" for c in config.classes]
         classes, divergence = list(dict.fromkeys(classes)), "renyi"
         alphas = sorted({a for a in (claim.alpha, 1.0 + (claim.alpha - 1.0) / 2) if a > 1.01})
+        guarantee = "finite-sample"
     family = len(classes) * len(alphas) * 2
     est_config = EstimatorConfig(
-        steps=config.estimator_steps, ensemble=2, batch_size=2048, guarantee="finite-sample",
+        steps=config.estimator_steps, ensemble=2, batch_size=2048, guarantee=guarantee,
         family_size=family, confidence=config.confidence,
     )  # fmt: skip
     claimed = claim.value if claim.kind == "capacity" else claim.epsilon
@@ -509,12 +626,23 @@ def _estimator_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[lis
                     k, a, b, divergence=divergence, alpha=alpha, config=est_config,
                     **_ESTIMATOR_CLASSES[cls],
                 )  # fmt: skip
-                low = r.lower_bound if r.bound_reliable else -math.inf
-                rows.append(Row(
-                    r.certified_class or r.adversary, name, alpha if alpha else 1.0, claimed,
-                    r.estimate, low, r.std_error * math.sqrt(r.samples["test_p"]), low > claimed,
-                ))  # fmt: skip
+                rows.append(_estimator_row(r, claim, name, alpha, claimed))
     return rows, family
+
+
+def _estimator_row(r, claim: Claim, direction: str, alpha, claimed: float) -> Row:
+    """One estimator result as a row; a capacity claim counts only a bound on its own class."""
+    low, note = r.lower_bound, ""
+    if not r.bound_reliable:
+        low, note = -math.inf, f"bound refused: {r.refusal}"
+    elif claim.kind == "capacity" and not r.bound_on_named_class:
+        low, note = -math.inf, f"not counted: {r.bounds}"
+    elif r.guarantee == "asymptotic":
+        note = f"asymptotic bound; assumption: {r.assumption}"
+    return Row(
+        r.certified_class or r.adversary, direction, alpha if alpha else 1.0, claimed, r.estimate,
+        low, r.std_error * math.sqrt(r.samples["test_p"]), low > claimed, r.guarantee, note,
+    )  # fmt: skip
 
 
 def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_test: int):
@@ -529,13 +657,28 @@ def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_
     # a violation of size v needs E_P h >= v, so the terms' spread is at least about sqrt(v)
     spread = max(best.std, math.sqrt(config.violation_size))
     needed = hs.samples_needed(config.violation_size, spread, config.confidence, family)
+    strongest = (
+        f"{best.lower_bound:.4g} ({best.critic} {best.direction})"
+        if math.isfinite(best.lower_bound)
+        else "none (every bound refused or not on the claimed class)"
+    )
     text = (
-        f"no violation found: strongest certified bound {best.lower_bound:.4g} "
-        f"({best.critic} {best.direction}) against claimed {best.claimed:.4g}; a violation of "
-        f"{config.violation_size:g} would need about {needed:.3g} held-out samples per side "
-        f"(this audit held out {n_test})"
+        f"no violation certified: the strongest certified bound is {strongest} against the claimed "
+        f"{best.claimed:.4g}. What was shown: none of the {len(rows)} bounds of this audit exceeds "
+        f"the claim at {100 * config.confidence:g}% (family-wise); this does not prove the claim (a "
+        f"worse pair or a stronger critic may exist). Sensitivity: with {n_test} held-out samples "
+        f"per side, a violation of about {_detectable(spread, n_test, config.confidence, family):.3g}"
+        " above the claim would be certified about half the time"
     )
     return False, text, needed
+
+
+def _detectable(spread: float, n: int, confidence: float, family: int) -> float:
+    """The violation whose expected bound just clears the claim: z * spread / sqrt(n) (even odds)."""
+    from cbdp_jax._src.statistics.bounds import family_confidence, z_quantile
+
+    z = z_quantile(family_confidence(confidence, family))
+    return z * spread / math.sqrt(max(n, 1))
 
 
 def audit(
@@ -586,8 +729,15 @@ def audit(
         grid_name = "alpha"
     n_test = config.samples - int(config.samples * config.train_fraction)
     violation, text, needed = _verdict(rows, claim, family, config, n_test)
+    empirical = None
+    if grid_name == "epsilon":
+        empirical = empirical_epsilon(rows, claim.delta, config.confidence)
+        text += (
+            f". Empirical epsilon at delta = {claim.delta:g}: every eps below "
+            f"{empirical.epsilon:.4g} is refuted (GDP: every mu below {empirical.gdp_mu:.4g})"
+        )
     return AuditResult(
         mech.name, claim.text, violation, text, (d.tolist(), d2.tolist()), tuple(rows), family,
         config.confidence, tuple(screened), config.samples, finite_or(needed),
-        config.violation_size, time.perf_counter() - start, grid_name,
+        config.violation_size, time.perf_counter() - start, grid_name, empirical,
     )  # fmt: skip

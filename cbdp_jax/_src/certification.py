@@ -5,7 +5,8 @@ seen. This module makes those choices on VALIDATION samples (docs/theory/bounds.
 where"):
 
 - the guarantee (``'finite-sample'`` or ``'asymptotic'``; ``'auto'`` picks finite-sample for bounded
-  classes and asymptotic otherwise);
+  classes, and for an unbounded class the asymptotic bound on D^H when the critic's validation tails
+  clear the check the test will apply, the finite-sample bound of its bounded version otherwise);
 - for a finite-sample bound on an unbounded class, the bound B of the critic ``B tanh(h / B)`` (which
   makes the f-form terms bounded, so the bound needs no assumption) and the finite-sample method
   (Berry-Esseen or betting), by the bound each would give at the test sample size;
@@ -15,7 +16,9 @@ where"):
   (:func:`shrink_changes_tails`).
 
 It also knows the support of the paired differences of a bounded critic, which the finite-sample bounds
-need, and the largest value a sample size can certify.
+need, and the largest value a sample size can certify; and it says, in one place (:func:`target`), what
+a bound is a bound on: the class it certifies, whether that class lies inside the class the user named
+(only then is it a bound on D^H of that class), and the assumption it rests on.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ class Plan(NamedTuple):
       support: ``(lo, hi)`` of the paired differences for a finite-sample bound, else None.
       certified_class: Label of the class the bound is on (``'3.1*tanh(mlp(32x2))'`` for a bounded
         critic built from ``mlp(32x2)``).
+      inside_trained_class: Whether the certified critic is a member of the trained class (a shrunk
+        member t * h of a cone is; ``B tanh(h / B)`` of an unbounded class is not).
+      choice: Why this guarantee was used (``'auto'`` explains its pick).
 
     """
 
@@ -67,10 +73,16 @@ class Plan(NamedTuple):
     tail_shrink: float
     support: tuple[float, float] | None
     certified_class: str
+    inside_trained_class: bool = True
+    choice: str = ""
 
 
 def resolve_guarantee(guarantee: str, spec) -> str:
-    """``'auto'``: finite-sample for a bounded class (its terms are bounded), asymptotic otherwise."""
+    """``'auto'``: finite-sample for a bounded class (its terms are bounded), asymptotic otherwise.
+
+    This is the guarantee before any data is seen; the estimator's ``'auto'`` then falls back to the
+    finite-sample bound when the asymptotic one's tail check fails on validation data.
+    """
     check_choice("guarantee", guarantee, GUARANTEE_CHOICES)
     if guarantee != "auto":
         return guarantee
@@ -117,22 +129,50 @@ def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
     return fmin - 1e-9 * (1.0 + abs(fmin)), fmax + 1e-9 * (1.0 + abs(fmax))
 
 
-# Relative allowance for the rounding of Z = h(X) - f*(h(Y)) in float32 (a few ulps of 1.2e-7 on each
-# term): the held-out differences are computed in the evaluation dtype, so a critic saturating at +-B can
-# land a rounding error outside the real-arithmetic support, and the betting bound rejects any point
-# outside its stated support.
-ROUNDING = 1e-6
+# Allowance for the rounding of Z = h(X) - f*(h(Y)) in float32: the held-out differences are computed in
+# the evaluation dtype, so a critic saturating at +-B can land a rounding error outside the
+# real-arithmetic support, and the betting bound rejects any point outside its stated support. h carries
+# a relative error of a few units in the last place (EPS32 = 2^-23); f* turns a relative error d of h
+# into h f*'(h) d, which for the alpha family is A = alpha / (alpha - 1) times f*(h) (21 at alpha 1.05),
+# so the allowance is ROUNDING_ULPS units of (1 + |h| + |f*(h)| + |h f*'(h)|) at the ends of the range.
+EPS32 = float(np.finfo(np.float32).eps)
+ROUNDING_ULPS = 16
 
 
 def support(div: Divergence, bound: float) -> tuple[float, float]:
     """(lo, hi) of Z = h(X) - f*(h(Y)) for a critic with values in (-bound, bound).
 
-    Both ends are widened by ``ROUNDING`` times the size of the terms, so float32 differences stay
-    inside (a wider support only loosens a finite-sample bound).
+    See :func:`interval_support`.
     """
-    fmin, fmax = conjugate_range(div, -bound, bound)
-    slack = ROUNDING * (1.0 + bound + max(abs(fmin), abs(fmax)))
-    return -bound - fmax - slack, bound - fmin + slack
+    return interval_support(div, -bound, bound)
+
+
+def interval_support(div: Divergence, lo_h: float, hi_h: float) -> tuple[float, float]:
+    """(lo, hi) of Z = h(X) - f*(h(Y)) for a critic with values in [lo_h, hi_h].
+
+    Both ends are widened by :func:`rounding_slack`, so float32 differences stay inside (a wider
+    support only loosens a finite-sample bound).
+    """
+    fmin, fmax = conjugate_range(div, lo_h, hi_h)
+    slack = rounding_slack(div, lo_h, hi_h, fmin, fmax)
+    return lo_h - fmax - slack, hi_h - fmin + slack
+
+
+def rounding_slack(div: Divergence, lo_h: float, hi_h: float, fmin: float, fmax: float) -> float:
+    """How far float32 rounding can move Z beyond its real-arithmetic range for h in [lo_h, hi_h].
+
+    ``ROUNDING_ULPS * EPS32 * (1 + max|h| + max|f*(h)| + max|h| max|f*'(h)|)``; f* is convex, so |f*'|
+    is largest at an end of the interval (central differences in float64). Infinite when f* or its
+    slope is not finite there (the support is then infinite and a finite-sample bound is refused).
+    """
+    ends = np.array([lo_h, hi_h], np.float64)
+    top_h = float(np.max(np.abs(ends)))
+    step = 1e-6 * max(top_h, 1e-6)
+    slopes = (_conj64(div, ends + step) - _conj64(div, ends - step)) / (2.0 * step)
+    if not (np.all(np.isfinite(slopes)) and math.isfinite(fmin) and math.isfinite(fmax)):
+        return math.inf
+    size = 1.0 + top_h + max(abs(fmin), abs(fmax)) + top_h * float(np.max(np.abs(slopes)))
+    return ROUNDING_ULPS * EPS32 * size
 
 
 def _bounded(h: np.ndarray, b: float) -> np.ndarray:
@@ -342,17 +382,44 @@ def shrink_for_tails(
         if kind == "dv":
             c = float(kl_optimal_shift(jnp.asarray(s * h_fit_q)))
         t_p, t_q = _terms(div, s * h_val_p + c, s * h_val_q + c)
-        if not (np.all(np.isfinite(t_p)) and np.all(np.isfinite(t_q))):
-            continue
-        held = _sample_held_out(t_p, t_q, div.conjugate_inf())
-        z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
-        lows = [
-            i.index - z * i.std_error for i in (tails.hill(held.tail_p), tails.hill(held.tail_q))
-        ]
-        # The validation estimate is noisy too: its lower limit must clear what the test will need.
-        if min(lows) >= need and held.heavy_tail_share() <= ho.UNRELIABLE_SHARE:
+        if _clears(div, t_p, t_q, need):
             return s, c, t
     return scale, shift, 1.0
+
+
+def _clears(div: Divergence, t_p: np.ndarray, t_q: np.ndarray, need: float) -> bool:
+    """Whether validation terms clear the tail check the test will apply (noisy, so against ``need``).
+
+    Both terms finite, both one-sided lower limits of Hill's index at least ``need`` and no single
+    term carrying more than ``UNRELIABLE_SHARE`` of the variance of f*(h).
+    """
+    if not (np.all(np.isfinite(t_p)) and np.all(np.isfinite(t_q))) or t_p.size < 4:
+        return False
+    held = _sample_held_out(t_p, t_q, div.conjugate_inf())
+    z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
+    lows = [i.index - z * i.std_error for i in (tails.hill(held.tail_p), tails.hill(held.tail_q))]
+    # The validation estimate is noisy too: its lower limit must clear what the test will need.
+    return min(lows) >= need and held.heavy_tail_share() <= ho.UNRELIABLE_SHARE
+
+
+def clears_tails(
+    div: Divergence, crit_p: np.ndarray, crit_q: np.ndarray, *, n_test: int, margin: float
+) -> bool:
+    """Whether a critic's validation values clear the tail check a test of ``n_test`` will apply.
+
+    ``guarantee='auto'`` uses it to choose, before the test samples are seen, between the asymptotic
+    bound on the named class and the finite-sample bound of its bounded version.
+
+    Args:
+      div: The divergence.
+      crit_p: The critic on validation samples of P.
+      crit_q: The critic on validation samples of Q.
+      n_test: Held-out samples per side the test will use.
+      margin: The check's margin (:func:`tail_target`).
+
+    """
+    t_p, t_q = _terms(div, np.asarray(crit_p), np.asarray(crit_q))
+    return _clears(div, t_p, t_q, tail_target(n_test, margin))
 
 
 def _heavy_share_traced(t_q: jax.Array) -> jax.Array:
@@ -502,9 +569,89 @@ def _cap(name: str, alpha, convention: str, n: int, confidence: float) -> float:
     return bounds.certifiable_max(lambda s: _conj64(div, s), n, confidence)
 
 
-def describe(div: Divergence, certified_class: str) -> str:
-    """What a bound on v(h) bounds: the restricted divergence for that class, hence the unrestricted."""
-    return f"{div.label}^H(P||Q) for H = {certified_class}, hence {div.label}(P||Q)"
+class Target(NamedTuple):
+    """What a bound is a bound on (docs/theory/bounds.md, "What a bound is a bound on").
+
+    Attributes:
+      certified_class: The class the bound certifies: a lower bound on D^H for this H.
+      named_class: The class the user named.
+      on_named_class: Whether the certified class lies inside the named class, so that the bound is
+        also a bound on D^H of the named class. False for ``B tanh(H / B)`` of an unbounded H.
+      bounds: In words, what the bound bounds.
+      assumption: What the bound rests on (none for a finite-sample bound).
+
+    """
+
+    certified_class: str
+    named_class: str
+    on_named_class: bool
+    bounds: str
+    assumption: str
+
+
+FINITE_SAMPLE_ASSUMPTION = (
+    "none: the critic is bounded, so the paired differences lie in a known interval and the bound "
+    "holds at every sample size"
+)
+ASYMPTOTIC_ASSUMPTION = (
+    "the central limit theorem for the held-out mean: both f-form terms have finite variance under "
+    "the true laws (including beyond the sampled range) and n is large enough; the tail check found "
+    "no sign of a tail index below {need:g}, which supports but cannot prove it"
+)
+
+
+def target(
+    div: Divergence,
+    *,
+    guarantee: str,
+    certified_class: str,
+    named_class: str,
+    inside: bool,
+    margin: float = ho.TAIL_MARGIN,
+) -> Target:
+    """The one rule for labelling a bound: its class, whether it bounds the named class, its assumption.
+
+    Args:
+      div: The divergence.
+      guarantee: ``'finite-sample'``, ``'asymptotic'`` or ``'exact'``.
+      certified_class: The class the bound certifies.
+      named_class: The class the user named.
+      inside: Whether ``certified_class`` is a subset of ``named_class`` (a shrunk member of a cone, a
+        lower-degree polynomial, the class itself); False for a bounded version of an unbounded class.
+      margin: The tail check's margin (stated in the assumption of an asymptotic bound).
+
+    """
+    if guarantee == "finite-sample":
+        assumption = FINITE_SAMPLE_ASSUMPTION
+    elif guarantee == "exact":
+        assumption = "none: from the mechanism's law"
+    else:
+        assumption = ASYMPTOTIC_ASSUMPTION.format(need=2.0 + margin)
+    return Target(
+        certified_class,
+        named_class,
+        inside,
+        describe(div, certified_class, named_class, inside),
+        assumption,
+    )
+
+
+def describe(
+    div: Divergence, certified_class: str, named_class: str | None = None, inside: bool = True
+) -> str:
+    """What a bound on v(h) bounds: D^H for the certified class, then what that implies."""
+    name = div.label
+    if named_class is None or named_class == certified_class:
+        return f"{name}^H(P||Q) for H = {certified_class}, hence {name}(P||Q)"
+    if inside:
+        return (
+            f"{name}^H(P||Q) for H = {certified_class}, a subset of {named_class}, hence "
+            f"{name}^H for H = {named_class} and {name}(P||Q)"
+        )
+    return (
+        f"{name}^H(P||Q) for H = {certified_class}, hence {name}(P||Q); not a bound on "
+        f"{name}^H for H = {named_class} (the bounded class is not inside it)"
+    )
 
 
 def reported_bound(div, bound: Bound, spec) -> float:
@@ -517,10 +664,16 @@ def reported_bound(div, bound: Bound, spec) -> float:
 
 
 def bound_fields(div, held: HeldOut, bound: Bound, spec, cap: float, warnings: list[str]) -> dict:
-    """The estimate, its standard error and the bound on both scales."""
-    overflow = not (math.isfinite(float(held.p.mean)) and math.isfinite(float(held.p.m2)))
-    f_est = held.estimate if math.isfinite(float(held.q.mean)) and not overflow else -math.inf
-    f_se = held.std_error if math.isfinite(f_est) else math.inf
+    """The estimate, its standard error and the bound on both scales.
+
+    The estimate and its standard error come from ``held.estimate_terms`` (the critic of the named
+    class, when the certified critic is a shrunk or bounded version of it); the bound from ``bound``.
+    """
+    terms = held.estimate_terms
+    overflow = not (math.isfinite(float(terms.p.mean)) and math.isfinite(float(terms.p.m2)))
+    finite_q = math.isfinite(float(terms.q.mean))
+    f_est = terms.estimate if finite_q and not overflow else -math.inf
+    f_se = terms.std_error if math.isfinite(f_est) else math.inf
     se = f_se * renyi_slope(div, f_est) if math.isfinite(f_se) else math.inf
     if not bound.certified:
         warnings.append(f"bound not certified: {bound.reason}")
@@ -533,7 +686,7 @@ def bound_fields(div, held: HeldOut, bound: Bound, spec, cap: float, warnings: l
         "f_std_error": f_se,
         "bound_reliable": bound.certified,
         "refusal": bound.reason,
-        "heavy_tail_share": held.heavy_tail_share() if math.isfinite(f_est) else 0.0,
+        "heavy_tail_share": terms.heavy_tail_share() if math.isfinite(f_est) else 0.0,
         "certifiable_max": to_reported(div, cap),
         # The CLT bound on the same held-out data, for comparison only (unchecked, not certified).
         "f_clt_lower_bound": bounds.clt_lower_bound(
@@ -548,7 +701,8 @@ def diagnostics(
     """Warnings about overflow, heavy tails, the sample-size ceiling, convergence and overfitting."""
     out: list[str] = []
     f_est, f_se = fields["f_estimate"], fields["f_std_error"]
-    if not (math.isfinite(float(held.p.mean)) and math.isfinite(float(held.p.m2))):
+    terms = held.estimate_terms
+    if not (math.isfinite(float(terms.p.mean)) and math.isfinite(float(terms.p.m2))):
         out.append(
             "the adversary's outputs overflowed (non-finite) on held-out samples: no estimate; "
             "retry with dtype='float64' or a smaller learning rate"
@@ -564,7 +718,7 @@ def diagnostics(
             f"heavy tail: one held-out sample carries {share:.0%} of the variance of f*(h) under Q; "
             "the standard error may be underestimated (docs/theory/bounds.md)"
         )
-    n = int(min(float(held.p.count), float(held.q.count)))
+    n = int(min(float(terms.p.count), float(terms.q.count)))
     cap = fields["certifiable_max"]
     if cap == -math.inf:
         out.append(
@@ -584,7 +738,7 @@ def diagnostics(
     out.extend(_convergence(val_curve, f_se))
     if insample is None:
         return out
-    gap = insample.estimate - f_est
+    gap = insample.estimate_terms.estimate - f_est
     if math.isfinite(gap) and gap > 3.0 * f_se + 0.01 * abs(f_est) + 1e-3:
         out.append(
             f"train/test gap: in-sample value exceeds the held-out estimate by {gap:.3g} "
@@ -617,7 +771,12 @@ __all__ = [
     "cap_for",
     "choose_bound",
     "conjugate_range",
+    "clears_tails",
     "describe",
+    "interval_support",
+    "rounding_slack",
+    "target",
+    "Target",
     "predicted_bound",
     "resolve_guarantee",
     "shrink_changes_tails",

@@ -102,12 +102,15 @@ class EstimatorConfig:
         refused when the held-out tails point to an infinite variance), ``'finite-sample'`` (valid
         at every n with no assumption: the critic is bounded, ``B tanh(h / B)`` with B chosen on
         validation data unless the class is bounded already, and the bound is on that bounded
-        class), or ``'auto'`` (finite-sample for bounded classes, asymptotic otherwise).
+        class), or ``'auto'`` (finite-sample for bounded classes; for an unbounded class the
+        asymptotic bound on the class itself when the critic's validation tails clear the check the
+        test will apply, else the finite-sample bound of its bounded version; ``guarantee_choice``
+        says which and why).
       finite_sample_method: ``'berry-esseen'``, ``'betting'`` or ``'auto'`` (the one predicted
         tighter at the test size, chosen on validation data).
-      tail_margin: The asymptotic bound needs both f-form terms' tail index (Hill) to reach
-        2 + tail_margin on held-out data; on validation data a cone's critic is first shrunk
-        (t * h, t < 1) until it does.
+      tail_margin: The asymptotic bound needs both f-form terms' tail index (Hill) to be shown
+        above 2 + tail_margin on held-out data (default 1: a finite third moment); on validation
+        data a cone's KL critic is first shrunk (t * h, t < 1) until it is.
       target: Sequential mode: held-out samples are drawn chunk by chunk (``eval_chunk`` per side)
         and the evaluation stops as soon as the lower bound reaches ``target`` (reported scale), or
         when the test budget is spent. The bound is then the anytime-valid betting confidence
@@ -192,11 +195,13 @@ class EstimateResult:
     ``guarantee`` and whose target is ``bounds`` (docs/theory/bounds.md).
 
     Attributes:
-      estimate: Held-out f-form value of the selected adversary (reported scale).
+      estimate: Held-out f-form value of the selected adversary, the fitted member of the class
+        (reported scale): the estimate of D^H, never shrunk or bounded for the sake of the bound.
       lower_bound: One-sided lower confidence bound on the quantity named by ``bounds`` (reported
         scale; clamped at 0 since every class here contains constants, so D^H >= 0); the trivial
         bound 0 when the bound was refused (``bound_reliable`` False, ``refusal`` says why).
-      std_error: Standard error of ``estimate`` (delta method for the Renyi map).
+      std_error: Standard error of ``estimate`` (delta method for the Renyi map); unreliable
+        when ``heavy_tail_share`` is large.
       confidence: The level of ``lower_bound``.
       f_estimate: The estimate on the f-divergence scale.
       f_lower_bound: The unclamped bound on the f-divergence scale.
@@ -219,7 +224,16 @@ class EstimateResult:
       bound_method: ``'clt'``, ``'berry-esseen'``, ``'betting'`` or ``'exact'``.
       certified_class: The class the bound is on: the adversary class, or ``B*tanh(class/B)`` for a
         finite-sample bound built from an unbounded class.
+      named_class: The class the user named (``adversary`` is the class trained, which may be a
+        subset of it: poly_3 under KL is trained as poly_2, see ``warnings``).
+      bound_on_named_class: Whether ``lower_bound`` is also a lower bound on D^H for the named
+        class: True when the certified class lies inside it (the class itself, a shrunk member of a
+        cone, a lower degree); False for ``B*tanh(class/B)`` of an unbounded class, which bounds only
+        its own D^H and the unrestricted divergence.
       bounds: In words, what ``lower_bound`` bounds.
+      assumption: What the bound rests on: none for a finite-sample bound; the CLT with finite
+        variances (beyond the sampled range too) for an asymptotic one.
+      guarantee_choice: Why this guarantee was used (for ``'auto'``: which, and why).
       critic_bound: B of the bounded critic, or None.
       tail_index_p: Hill's tail index of h(X) under P on held-out samples.
       tail_index_q: Hill's tail index of f*(h(Y)) under Q on held-out samples.
@@ -228,7 +242,8 @@ class EstimateResult:
         this many held-out samples per side; roughly log(n) - 1.8 for KL and Renyi.
       f_clt_lower_bound: The CLT bound on the same held-out data (f-scale), for comparison only: it
         is neither tail-checked nor certified.
-      heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h).
+      heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h) (the
+        estimate's critic).
       unbounded: True when the divergence is +inf (then ``estimate`` and ``lower_bound`` are inf).
       reason: Why the result is unbounded, if it is.
       restarts: Training restarts after divergence.
@@ -262,7 +277,11 @@ class EstimateResult:
     guarantee: str = "asymptotic"
     bound_method: str = "clt"
     certified_class: str = ""
+    named_class: str = ""
+    bound_on_named_class: bool = True
     bounds: str = ""
+    assumption: str = ""
+    guarantee_choice: str = ""
     critic_bound: float | None = None
     tail_index_p: float = math.inf
     tail_index_q: float = math.inf
@@ -348,8 +367,11 @@ class _Problem:
         n_test: tuple[int, int],
         sampler: Callable | None = None,
         stats_sample: tuple[jax.Array, jax.Array],
+        named_class: str | None = None,
     ):
         self.spec, self.divergence, self.trainer = spec, divergence, trainer
+        # The class the user named (the trained ``spec`` may be a subset of it: kl_domain_reduction).
+        self.named_class = spec.label if named_class is None else named_class
         self.config, self.dim = config, dim
         self.train, self.val, self.test_chunks, self.n_test = train, val, test_chunks, n_test
         self.sampler, self.stats_sample = sampler, stats_sample
@@ -445,50 +467,87 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
 
 
 def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> certification.Plan:
-    """Everything the bound depends on, decided on validation samples (never the test samples)."""
+    """Everything the bound depends on, decided on validation samples (never the test samples).
+
+    ``'auto'`` for an unbounded class: the asymptotic bound on the class itself when the critic (after
+    any KL shrink) clears on validation data the tail check the test will apply, else the finite-sample
+    bound of its bounded version. The choice is made before the test samples are seen, so the bound
+    keeps its full level (a fallback after a refusal on the test samples would not).
+    """
     config, spec = prob.config, prob.spec
-    div = prob.divergence
-    guarantee = certification.resolve_guarantee(config.guarantee, spec)
-    if config.target is not None:
-        guarantee = "finite-sample"
+    requested = "finite-sample" if config.target is not None else config.guarantee
+    guarantee = certification.resolve_guarantee(requested, spec)
     raw = lambda x: np.asarray(
         apply_fn(trained.graphdef, trained.params, trained.rest, x), np.float64
     )  # noqa: E731
     hv_p, hv_q = raw(prob.val[0]), raw(prob.val[1])
+    if guarantee == "finite-sample":
+        why = "asked for" if requested == "finite-sample" else "auto: the class is bounded"
+        return _finite_sample_plan(prob, trained, hv_p, hv_q, confidence)._replace(choice=why)
+    plan = _asymptotic_plan(prob, trained, hv_p, hv_q, raw)
+    if requested == "asymptotic":
+        return plan._replace(choice="asked for")
+    n_test = min(prob.n_test)
+    crit_p, crit_q = plan.scale * hv_p + plan.shift, plan.scale * hv_q + plan.shift
+    if certification.clears_tails(
+        prob.divergence, crit_p, crit_q, n_test=n_test, margin=config.tail_margin
+    ):
+        return plan._replace(
+            choice="auto: the critic's validation tails clear the asymptotic bound's check, so "
+            "the bound is on the class itself"
+        )
+    fallback = _finite_sample_plan(prob, trained, hv_p, hv_q, confidence)
+    return fallback._replace(
+        choice="auto: the critic's validation tails do not clear the asymptotic bound's check "
+        f"(tail index above {2 + config.tail_margin:g}), so the finite-sample bound of its bounded "
+        "version is used (a bound on that class and on the unrestricted divergence)"
+    )
+
+
+def _finite_sample_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, confidence: float):
+    """A bounded critic: the class's own bound, or ``B tanh(h / B)`` with B chosen on validation data."""
+    config, spec, div = prob.config, prob.spec, prob.divergence
     scale, shift = trained.scale, trained.shift
     n_test = min(prob.n_test)
-    if guarantee == "finite-sample":
-        fixed = spec.bound
-        crit_p, crit_q = scale * hv_p + shift, scale * hv_q + shift
-        if fixed is not None:
-            # A bounded class: the fitted affine map keeps the critic inside a known interval.
-            lo_h, hi_h = shift - abs(scale) * fixed, shift + abs(scale) * fixed
-            bound = max(abs(lo_h), abs(hi_h))
-            _, method, _ = certification.choose_bound(
-                div,
-                crit_p,
-                crit_q,
-                n_test=n_test,
-                confidence=confidence,
-                method=_method(config),
-                fixed_bound=bound,
-            )
-            method = _sequential_or(method, config)
-            support = certification.support(div, bound)
-            return certification.Plan(
-                guarantee, method, math.inf, scale, shift, 1.0, support, spec.label
-            )
-        bound, method, support = certification.choose_bound(
+    crit_p, crit_q = scale * hv_p + shift, scale * hv_q + shift
+    fixed = spec.bound
+    if fixed is not None:
+        # A bounded class: the fitted affine map keeps the critic inside a known interval.
+        lo_h, hi_h = shift - abs(scale) * fixed, shift + abs(scale) * fixed
+        bound = max(abs(lo_h), abs(hi_h))
+        _, method, _ = certification.choose_bound(
             div,
             crit_p,
             crit_q,
             n_test=n_test,
             confidence=confidence,
             method=_method(config),
+            fixed_bound=bound,
         )
         method = _sequential_or(method, config)
-        label = f"{bound:.4g}*tanh({spec.label}/{bound:.4g})"
-        return certification.Plan(guarantee, method, bound, scale, shift, 1.0, support, label)
+        support = certification.support(div, bound)
+        return certification.Plan(
+            "finite-sample", method, math.inf, scale, shift, 1.0, support, spec.label
+        )
+    bound, method, support = certification.choose_bound(
+        div,
+        crit_p,
+        crit_q,
+        n_test=n_test,
+        confidence=confidence,
+        method=_method(config),
+    )
+    method = _sequential_or(method, config)
+    label = f"{bound:.4g}*tanh({spec.label}/{bound:.4g})"
+    return certification.Plan(
+        "finite-sample", method, bound, scale, shift, 1.0, support, label, False
+    )
+
+
+def _asymptotic_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, raw) -> certification.Plan:
+    """The CLT bound on the class itself; a KL critic of a cone is shrunk until its tails clear."""
+    config, spec, div = prob.config, prob.spec, prob.divergence
+    scale, shift = trained.scale, trained.shift
     shrink = 1.0
     if spec.is_cone and certification.shrink_changes_tails(div):
         fit_q = prob.train[1] if prob.train is not None else prob.stats_sample[1]
@@ -500,9 +559,9 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
             h_fit_q=raw(fit_q),
             scale=scale,
             shift=shift,
-            need=certification.tail_target(n_test, config.tail_margin),
+            need=certification.tail_target(min(prob.n_test), config.tail_margin),
         )
-    return certification.Plan(guarantee, "clt", math.inf, scale, shift, shrink, None, spec.label)
+    return certification.Plan("asymptotic", "clt", math.inf, scale, shift, shrink, None, spec.label)
 
 
 def _method(config: EstimatorConfig) -> str:
@@ -548,6 +607,9 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
     trained = _train(key, prob, z_quantile(confidence))
     plan = _plan_certificate(prob, trained, confidence)
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
+    # The estimate is reported for the fitted member of the class itself, the bound for the
+    # certified critic (a shrunk or bounded version of it); one pass evaluates both.
+    named = (trained.scale, trained.shift)
     val_crit_p = critic_outputs(trained.graphdef, critic, prob.val[0])
     val_crit_q = critic_outputs(trained.graphdef, critic, prob.val[1])
     centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
@@ -561,6 +623,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
             divergence=div,
             centres=centres,
             keep_samples=keep,
+            named=named,
         )
 
     sequence = None
@@ -577,6 +640,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
         centres=centres,
         keep_samples=plan.method == "betting",
         on_chunk=sequence,
+        named=named,
     )
     fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
     insample = evaluate(
@@ -609,6 +673,14 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
             f"{div.label}: f* is +inf above {div.conjugate_sup:.4g}, so an unbounded class is degenerate "
             "(docs/theory/divergences.md); use a bounded class (bound=B) or guarantee='finite-sample'"
         )
+    target = certification.target(
+        div,
+        guarantee=plan.guarantee,
+        certified_class=plan.certified_class,
+        named_class=prob.named_class,
+        inside=plan.inside_trained_class,
+        margin=config.tail_margin,
+    )
     fields = certification.bound_fields(div, held, bound, prob.spec, cap, warnings)
     warnings.extend(certification.diagnostics(div, held, fields, trained.val_curve, insample))
     blocks = len(trained.val_curve)
@@ -619,7 +691,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
     }
     fields.update(
         {
-            "train_value": float(to_reported(div, insample.estimate)),
+            "train_value": float(to_reported(div, insample.estimate_terms.estimate)),
             "objective": prob.trainer.objective,
             "curves": curves,
             "warnings": tuple(warnings),
@@ -627,8 +699,12 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
             "direction": direction,
             "guarantee": plan.guarantee,
             "bound_method": bound.method,
-            "certified_class": plan.certified_class,
-            "bounds": certification.describe(div, plan.certified_class),
+            "certified_class": target.certified_class,
+            "named_class": target.named_class,
+            "bound_on_named_class": target.on_named_class,
+            "bounds": target.bounds,
+            "assumption": target.assumption,
+            "guarantee_choice": plan.choice,
             "critic_bound": None if math.isinf(plan.bound) else plan.bound,
             "tail_index_p": check.index_p,
             "tail_index_q": check.index_q,
@@ -665,6 +741,8 @@ def _unbounded(reason: str, direction: str) -> dict[str, Any]:
         "guarantee": "exact",
         "bound_method": "exact",
         "bounds": "the law of the mechanism (no samples)",
+        "assumption": "none: from the mechanism's law",
+        "guarantee_choice": "the divergence is +inf by the mechanism's law",
     }
 
 
@@ -678,6 +756,7 @@ def _assemble(
     samples: dict[str, int],
     seconds: float,
     call: dict[str, Any],
+    named_class: str | None = None,
 ) -> EstimateResult:
     used = fields_pq.pop("test_used", None)
     if used is not None and "test_p" in samples:
@@ -685,6 +764,10 @@ def _assemble(
         samples = {**samples, "test_p": used[0], "test_q": used[1]}
     if fields_qp is not None:
         fields_qp.pop("test_used", None)
+    for fields in (fields_pq, fields_qp):
+        if fields is not None:
+            fields.setdefault("certified_class", spec.label)
+            fields.setdefault("named_class", named_class or spec.label)
     common = {
         "confidence": config.confidence,
         "divergence": div.label,
@@ -800,8 +883,11 @@ def estimate_from_samples(
     """
     t0 = time.perf_counter()
     key = check_key(key)
-    spec = _as_spec(adversary, adversary_options)
+    named = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
+    # The law is unknown: the same domain rule as for a mechanism with unbounded noise (a subset of
+    # the named class, so the bound holds whatever the law; the note says so).
+    spec, domain_note = kl_domain_reduction(None, named, div.name)
     p = check_samples("p_samples", p_samples)
     q = check_samples("q_samples", q_samples)
     check_same_dim(p, q)
@@ -845,6 +931,7 @@ def estimate_from_samples(
             ),
             n_test=(a[2].shape[0], b[2].shape[0]),
             stats_sample=(a[0], b[0]),
+            named_class=named.label,
         )
 
     pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=None)
@@ -864,7 +951,7 @@ def estimate_from_samples(
         "alpha": alpha,
         "convention": convention,
     }
-    return _assemble(
+    result = _assemble(
         pq,
         qp,
         div=div,
@@ -873,7 +960,16 @@ def estimate_from_samples(
         samples=samples,
         seconds=time.perf_counter() - t0,
         call=call,
+        named_class=named.label,
     )
+    return _with_note(result, domain_note)
+
+
+def _with_note(result: EstimateResult, note: str | None) -> EstimateResult:
+    """The result with ``note`` as its first warning (the domain rule's), if there is one."""
+    if note is None:
+        return result
+    return dataclasses.replace(result, warnings=(note, *result.warnings))
 
 
 def _config_dict(config: EstimatorConfig, entry: str = "samples") -> dict[str, Any]:
@@ -1008,9 +1104,9 @@ def estimate(
     val_samples = check_int_at_least("val_samples", val_samples, 2)
     test_samples = samples if test_samples is None else test_samples
     test_samples = check_int_at_least("test_samples", test_samples, 2)
-    spec = _as_spec(adversary, adversary_options)
+    named = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
-    spec, domain_note = kl_domain_reduction(pair.mechanism, spec, div.name)
+    spec, domain_note = kl_domain_reduction(pair.mechanism, named, div.name)
     dtype = jnp.dtype(config.dtype)
     trainer = _trainer(spec, div, pair.dim, config)
     k_train, k_val, k_test, k_fit = keys.split(key, num=4)
@@ -1040,6 +1136,7 @@ def estimate(
             n_test=(test_samples, test_samples),
             sampler=None if not fresh_samples else _pair_sampler(pair, swap),
             stats_sample=tr,
+            named_class=named.label,
         )
 
     pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=known_infinite)
@@ -1074,7 +1171,6 @@ def estimate(
         samples=counts,
         seconds=time.perf_counter() - t0,
         call=call,
+        named_class=named.label,
     )
-    if domain_note is None:
-        return result
-    return dataclasses.replace(result, warnings=(domain_note, *result.warnings))
+    return _with_note(result, domain_note)

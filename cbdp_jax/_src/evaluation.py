@@ -9,7 +9,9 @@ differences themselves. Chunks are padded to one shape (masked), so every sample
 compilation; the statistics are merged on the host in float64.
 
 The critic is ``B * tanh((scale * h + shift) / B)`` when a finite-sample guarantee bounds it at B, and
-``scale * h + shift`` otherwise.
+``scale * h + shift`` otherwise. The same pass can also evaluate a second critic of the same network,
+``named_scale * h + named_shift`` (the member of the class the user named, before any tail shrink or
+bounding): the estimate is reported for it, the bound for the certified one (docs/theory/bounds.md).
 """
 
 from __future__ import annotations
@@ -72,7 +74,12 @@ class Critic(NamedTuple):
 @persistent_jit(static_argnames=("graphdef",))
 def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
     """The critic's values on ``x`` ``[n, d]`` (one compiled program; traceable)."""
-    h = critic.scale * apply_fn(graphdef, critic.params, critic.rest, x) + critic.shift
+    return _readout(critic, apply_fn(graphdef, critic.params, critic.rest, x))
+
+
+def _readout(critic: Critic, raw: jax.Array) -> jax.Array:
+    """The critic's values from the network's raw outputs (its affine map, then its bound)."""
+    h = critic.scale * raw + critic.shift
     b = jnp.asarray(critic.bound, h.dtype)
     finite = jnp.isfinite(b)
     safe = jnp.where(finite, b, 1.0)
@@ -80,22 +87,29 @@ def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
 
 
 @persistent_jit(static_argnames=("graphdef", "divergence", "capacity"))
-def _chunk(critic, x_p, x_q, n_p, n_q, centres, **static):
+def _chunk(critic, named, x_p, x_q, n_p, n_q, centres, **static):
     """The compiled evaluation program: :func:`_chunk_body`, looked up when traced.
 
     The lookup lets a test wrap the body with ``chex.assert_max_traces``.
     """
-    return _chunk_body(critic, x_p, x_q, n_p, n_q, centres, **static)
+    return _chunk_body(critic, named, x_p, x_q, n_p, n_q, centres, **static)
 
 
-def _chunk_body(critic, x_p, x_q, n_p, n_q, centres, *, graphdef, divergence: Divergence, capacity):
+def _chunk_body(
+    critic, named, x_p, x_q, n_p, n_q, centres, *, graphdef, divergence: Divergence, capacity
+):
     div = divergence
-    t_p = critic_outputs(graphdef, critic, x_p)
-    t_q = div.conjugate(critic_outputs(graphdef, critic, x_q))
+    raw_p = apply_fn(graphdef, critic.params, critic.rest, x_p)
+    raw_q = apply_fn(graphdef, critic.params, critic.rest, x_q)
+    t_p = _readout(critic, raw_p)
+    t_q = div.conjugate(_readout(critic, raw_q))
     rows = jnp.arange(x_p.shape[0])
     mask_p, mask_q = rows < n_p, rows < n_q
     mask_z = rows < jnp.minimum(n_p, n_q)
     z = jnp.where(mask_z, t_p - t_q, 0.0)
+    named_critic = critic._replace(scale=named[0], shift=named[1], bound=jnp.inf)
+    named_p = _readout(named_critic, raw_p)
+    named_q = div.conjugate(_readout(named_critic, raw_q))
     return (
         mom.of(t_p, mask_p),
         mom.of(t_q, mask_q),
@@ -104,6 +118,8 @@ def _chunk_body(critic, x_p, x_q, n_p, n_q, centres, *, graphdef, divergence: Di
         tails.sketch(t_p, centres[0], capacity, mask_p),
         tails.sketch(t_q, centres[1], capacity, mask_q),
         z,
+        mom.of(named_p, mask_p),
+        mom.of(named_q, mask_q),
     )
 
 
@@ -148,6 +164,7 @@ def evaluate_fixed(
     keep_samples: bool = False,
     capacity: int = tails.DEFAULT_CAPACITY,
     on_chunk: Callable[[held_out.HeldOut], bool] | None = None,
+    named: tuple[float, float] | None = None,
 ) -> held_out.HeldOut:
     """Streams held-out chunks of P and Q through the fixed critic; returns the merged statistics.
 
@@ -163,12 +180,16 @@ def evaluate_fixed(
       on_chunk: Called with each chunk's statistics (paired differences included) in order; when it
         returns True the stream stops there (sequential testing: the caller's bound must be valid
         under optional stopping, as a confidence sequence is).
+      named: ``(scale, shift)`` of a second, unbounded critic ``scale * h + shift`` of the same
+        network whose terms are recorded too (``HeldOut.named``): the member of the named class the
+        estimate is reported for. None: not recorded.
 
     Returns:
       :class:`~cbdp_jax._src.statistics.held_out.HeldOut` statistics (float64, on the host).
 
     """
-    acc = held_out.empty(keep_samples, capacity)
+    acc = held_out.empty(keep_samples, capacity, named=named is not None)
+    named_map = (critic.scale, critic.shift) if named is None else named
     rows = None
     sentinel = object()
     p_iter, q_iter = iter(p_chunks), iter(q_chunks)
@@ -183,6 +204,7 @@ def evaluate_fixed(
         xq, n_q = _pad(None if xq is sentinel else xq, rows, ref)
         stats = _chunk(
             critic,
+            named_map,
             xp,
             xq,
             np.int32(n_p),
@@ -203,6 +225,7 @@ def evaluate_fixed(
             tails.TailSketch(np.asarray(stats[4].top, np.float64), np.asarray(stats[4].count)),
             tails.TailSketch(np.asarray(stats[5].top, np.float64), np.asarray(stats[5].count)),
             np.asarray(stats[6][:n_z], np.float64) if keep else None,
+            None if named is None else held_out.Terms(mom.to_host(stats[7]), mom.to_host(stats[8])),
         )
         stop = on_chunk is not None and on_chunk(chunk)
         if not keep_samples:

@@ -275,8 +275,14 @@ def kl_domain_reduction(mechanism: Any, spec: Any, divergence: str) -> tuple[Any
     the exact value this way). The estimator and the sweep therefore drop that degree, as the exact
     solver does.
 
+    For samples of an unknown law (``mechanism=None``: :func:`estimate_from_samples`) the same rule
+    applies, resting on an assumption the note states: the law's support is unbounded in the direction
+    the leading term grows, with tails no lighter than Gaussian. The reduction is conservative
+    whatever the law: poly_(k-1) is a subset of poly_k, so a bound on D^{poly_(k-1)} is a bound on
+    D^{poly_k} (for a bounded support it may be a smaller one).
+
     Args:
-      mechanism: The mechanism whose outputs the critic sees.
+      mechanism: The mechanism whose outputs the critic sees, or None for samples of an unknown law.
       spec: The adversary class (an ``AdversarySpec``; other classes pass through).
       divergence: The divergence's name.
 
@@ -298,12 +304,20 @@ def kl_domain_reduction(mechanism: Any, spec: Any, divergence: str) -> tuple[Any
         and spec.degree >= 3
         and spec.degree % 2 == 1
     )
-    if divergence != "kl" or not odd_poly or not isinstance(mechanism, unbounded_noise):
+    applies = mechanism is None or isinstance(mechanism, unbounded_noise)
+    if divergence != "kl" or not odd_poly or not applies:
         return spec, None
     reduced = dataclasses.replace(spec, degree=spec.degree - 1)
+    if mechanism is None:
+        law = (
+            "samples of an unknown law (assumed unbounded with tails no lighter than Gaussian; "
+            "a subset of the class, so the bound holds for any law)"
+        )
+    else:
+        law = f"{type(mechanism).__name__} noise"
     note = (
-        f"{spec.label} trained as {reduced.label}: for KL under {type(mechanism).__name__} "
-        f"noise any nonzero degree-{spec.degree} coefficient makes E_Q[exp h] infinite, so "
+        f"{spec.label} trained as {reduced.label}: for KL under {law} any nonzero "
+        f"degree-{spec.degree} coefficient makes E_Q[exp h] infinite, so "
         f"D^{spec.label} = D^{reduced.label} (a sample cannot show this)"
     )
     return reduced, note

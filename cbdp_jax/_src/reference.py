@@ -64,6 +64,8 @@ def reference_for(
     divergence: str,
     alpha: float | None,
     divergence_label: str,
+    *,
+    exact_allowed: bool = True,
 ) -> Reference | None:
     """The reference value of an estimate of ``mechanism`` against class ``spec``.
 
@@ -74,6 +76,9 @@ def reference_for(
       divergence: The divergence name.
       alpha: Its order, for the alpha family.
       divergence_label: The divergence's label, e.g. ``'Renyi(alpha=2)'`` (for the legend).
+      exact_allowed: False when the value is to stand beside a bound that is not on ``spec``'s
+        D^H (a finite-sample bound on ``B tanh(H / B)``): the unrestricted divergence is given then,
+        never the exact value of a class the bound is not on.
 
     Returns:
       A :class:`Reference`, or None where no reference is known (other mechanisms, or a value that
@@ -86,7 +91,7 @@ def reference_for(
     if pair is None:
         return None
     dim = pair.dim
-    exact_class = spec.bound is None and (
+    exact_class = exact_allowed and spec.bound is None and (
         spec.name == "linear" and spec.feature_map is None or spec.name == "poly" and dim == 1
     )
     if exact_class:

@@ -79,9 +79,9 @@ from cbdp_jax._src.certification import (
     GUARANTEE_CHOICES,
     bound_fields,
     cap_for,
-    conjugate_range,
     describe,
     diagnostics,
+    interval_support,
     predicted_bound_from_moments,
     resolve_guarantee,
     shrink_for_tails_traced,
@@ -1016,8 +1016,7 @@ def _member_methods(batch: TrainedBatch, plan: _Plan) -> list[str]:
 def _member_support(div, spec: AdversarySpec, scale: float, shift: float) -> tuple[float, float]:
     """The range of the paired differences of a bounded member's fitted critic scale * h + shift."""
     lo_h, hi_h = shift - abs(scale) * spec.bound, shift + abs(scale) * spec.bound
-    fmin, fmax = conjugate_range(div, lo_h, hi_h)
-    return lo_h - fmax, hi_h - fmin
+    return interval_support(div, lo_h, hi_h)
 
 
 def _certify_member(

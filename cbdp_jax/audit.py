@@ -17,8 +17,11 @@ from cbdp_jax._src.audit import AuditConfig as AuditConfig
 from cbdp_jax._src.audit import AuditResult as AuditResult
 from cbdp_jax._src.audit import Claim as Claim
 from cbdp_jax._src.audit import DatasetSpace as DatasetSpace
+from cbdp_jax._src.audit import EmpiricalEpsilon as EmpiricalEpsilon
 from cbdp_jax._src.audit import Row as Row
 from cbdp_jax._src.audit import audit as audit
+from cbdp_jax._src.audit import empirical_epsilon as empirical_epsilon
+from cbdp_jax._src.audit import gdp_delta as gdp_delta
 from cbdp_jax._src.audit import gradient_pair as gradient_pair
 from cbdp_jax._src.audit import parse_claim as parse_claim
 from cbdp_jax._src.audit import screen_score as screen_score
@@ -37,8 +40,11 @@ __all__ = [
     "AuditResult",
     "Claim",
     "DatasetSpace",
+    "EmpiricalEpsilon",
     "Row",
     "audit",
+    "empirical_epsilon",
+    "gdp_delta",
     "gradient_pair",
     "load_mechanism",
     "load_samples",

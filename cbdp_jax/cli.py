@@ -85,6 +85,16 @@ def _print_record(title: str, fields: list[tuple[str, Any]]) -> None:
     typer.echo(render_record(title, fields, Console().width).rstrip("\n"))
 
 
+def _echo_wrapped(text: str, err: bool = False) -> None:
+    """A line of prose wrapped at the terminal's width (continuation lines indented by two)."""
+    import textwrap
+
+    from rich.console import Console
+
+    width = max(Console().width, 40)
+    typer.echo(textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False), err=err)
+
+
 def _noise_pair(
     mechanism: str,
     epsilon: float | None,
@@ -506,9 +516,7 @@ def _result_record(result, args: dict[str, Any]) -> dict[str, Any]:
     rec["mechanism"] = args["mechanism"]
     rec["mechanism_label"] = _mechanism_label(args, params)
     rec["reference"] = None if reference is None else reference.to_dict()
-    rec["estimate_reference"] = (
-        None if estimate_reference is None else estimate_reference.to_dict()
-    )
+    rec["estimate_reference"] = None if estimate_reference is None else estimate_reference.to_dict()
     return rec
 
 
@@ -702,10 +710,10 @@ def _emit(
         typer.echo(to_json(record))
         return
     _print_record(title, _estimate_fields(record))
-    typer.echo(f"lower bound: {result.guarantee} ({result.bound_method}) on {result.bounds}")
-    typer.echo(f"assumption: {result.assumption}")
+    _echo_wrapped(f"lower bound: {result.guarantee} ({result.bound_method}) on {result.bounds}")
+    _echo_wrapped(f"assumption: {result.assumption}")
     if result.guarantee_choice:
-        typer.echo(f"guarantee: {result.guarantee_choice}")
+        _echo_wrapped(f"guarantee: {result.guarantee_choice}")
     if not result.bound_reliable and result.refusal:
         typer.echo(f"bound refused: {result.refusal}", err=True)
     for w in result.warnings:
@@ -910,8 +918,8 @@ def _emit_audit(result, output_format: str, out: Path | None) -> None:
         )
     notes = dict.fromkeys(r.note for r in result.rows if r.note)
     for note in notes:
-        typer.echo(f"note: {note}")
-    typer.echo(result.verdict)
+        _echo_wrapped(f"note: {note}")
+    _echo_wrapped(result.verdict)
 
 
 def _rounded(x) -> list:

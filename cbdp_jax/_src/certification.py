@@ -168,7 +168,8 @@ def rounding_slack(div: Divergence, lo_h: float, hi_h: float, fmin: float, fmax:
     ends = np.array([lo_h, hi_h], np.float64)
     top_h = float(np.max(np.abs(ends)))
     step = 1e-6 * max(top_h, 1e-6)
-    slopes = (_conj64(div, ends + step) - _conj64(div, ends - step)) / (2.0 * step)
+    with np.errstate(all="ignore"):
+        slopes = (_conj64(div, ends + step) - _conj64(div, ends - step)) / (2.0 * step)
     if not (np.all(np.isfinite(slopes)) and math.isfinite(fmin) and math.isfinite(fmax)):
         return math.inf
     size = 1.0 + top_h + max(abs(fmin), abs(fmax)) + top_h * float(np.max(np.abs(slopes)))
@@ -395,7 +396,7 @@ def _clears(div: Divergence, t_p: np.ndarray, t_q: np.ndarray, need: float) -> b
     """
     if not (np.all(np.isfinite(t_p)) and np.all(np.isfinite(t_q))) or t_p.size < 4:
         return False
-    held = _sample_held_out(t_p, t_q, div.conjugate_inf())
+    held = held_out_of_terms(t_p, t_q, div.conjugate_inf())
     z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
     lows = [i.index - z * i.std_error for i in (tails.hill(held.tail_p), tails.hill(held.tail_q))]
     # The validation estimate is noisy too: its lower limit must clear what the test will need.
@@ -509,16 +510,22 @@ def shrink_for_tails_traced(
     )
 
 
-def _sample_held_out(t_p: np.ndarray, t_q: np.ndarray, centre_q: float) -> ho.HeldOut:
-    """Held-out statistics of two whole (validation) samples of the terms, for the tail check.
+def held_out_of_terms(t_p: np.ndarray, t_q: np.ndarray, centre_q: float) -> ho.HeldOut:
+    """Held-out statistics of two whole samples of the f-form terms (the tail check, the CLT bound).
 
-    ``centre_q`` is the centre of f*(h(Y)), the conjugate's infimum (:func:`centres_of`).
+    ``t_p`` are values h(X), ``t_q`` values f*(h(Y)); ``centre_q`` is the centre of f*(h(Y)), the
+    conjugate's infimum (:func:`centres_of`). The paired-difference fields are empty: the result
+    serves :func:`~cbdp_jax._src.statistics.held_out.tail_check` and the asymptotic
+    :func:`~cbdp_jax._src.statistics.held_out.certify` (validation-side decisions, benchmarks).
     """
     cp, cq = centres_of(t_p, centre_q)
     cap = tails.DEFAULT_CAPACITY
 
     def sk(t, c):
-        dev = np.sort(np.abs(t - c))[::-1][:cap]
+        dev = np.abs(t - c)
+        if dev.size > cap:
+            dev = np.partition(dev, dev.size - cap)[dev.size - cap :]
+        dev = np.sort(dev)[::-1]
         top = np.full(cap, -np.inf)
         top[: dev.size] = dev
         return tails.TailSketch(top, np.asarray(float(t.size)))
@@ -687,12 +694,19 @@ def bound_fields(div, held: HeldOut, bound: Bound, spec, cap: float, warnings: l
         "bound_reliable": bound.certified,
         "refusal": bound.reason,
         "heavy_tail_share": terms.heavy_tail_share() if math.isfinite(f_est) else 0.0,
+        # The held-out value of the critic the bound is for (the estimate's critic, shrunk or bounded).
+        "certified_estimate": _finite_reported(div, held.estimate),
         "certifiable_max": to_reported(div, cap),
         # The CLT bound on the same held-out data, for comparison only (unchecked, not certified).
         "f_clt_lower_bound": bounds.clt_lower_bound(
             held.p, held.q, confidence=bound.confidence
         ).value,
     }
+
+
+def _finite_reported(div, f_value: float) -> float:
+    """A held-out f-scale value on the reported scale; -inf where it is not finite."""
+    return float(to_reported(div, f_value)) if math.isfinite(f_value) else -math.inf
 
 
 def diagnostics(
@@ -773,6 +787,7 @@ __all__ = [
     "conjugate_range",
     "clears_tails",
     "describe",
+    "held_out_of_terms",
     "interval_support",
     "rounding_slack",
     "target",

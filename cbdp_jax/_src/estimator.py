@@ -25,7 +25,7 @@ import optax
 
 from cbdp_jax._src import certification, keys
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
-from cbdp_jax._src.core import Trainer, cached_trainer
+from cbdp_jax._src.core import Trainer, cached_trainer, closed_form_fit
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
 from cbdp_jax._src.evaluation import (
@@ -242,6 +242,9 @@ class EstimateResult:
         this many held-out samples per side; roughly log(n) - 1.8 for KL and Renyi.
       f_clt_lower_bound: The CLT bound on the same held-out data (f-scale), for comparison only: it
         is neither tail-checked nor certified.
+      certified_estimate: The held-out value of the critic the bound is for (reported scale): equal
+        to ``estimate`` unless that critic is a shrunk (``tail_shrink``) or bounded
+        (``critic_bound``) version of the estimate's.
       heavy_tail_share: The largest single held-out Q-term's share of the variance of f*(h) (the
         estimate's critic).
       unbounded: True when the divergence is +inf (then ``estimate`` and ``lower_bound`` are inf).
@@ -288,6 +291,7 @@ class EstimateResult:
     tail_shrink: float = 1.0
     certifiable_max: float = math.inf
     f_clt_lower_bound: float = -math.inf
+    certified_estimate: float = -math.inf
     heavy_tail_share: float = 0.0
     unbounded: bool = False
     reason: str | None = None
@@ -378,13 +382,18 @@ class _Problem:
 
 
 class _Trained(NamedTuple):
-    """The selected member of a trained ensemble, with its fitted affine map and its curves."""
+    """The selected member of a trained ensemble, with its fitted affine maps and its curves.
+
+    ``scale`` / ``shift``: the conservative fit (best validation bound), where the certified critic
+    starts; ``plain``: the closed-form ``(scale, shift)``, the estimate's critic.
+    """
 
     graphdef: Any
     params: Any
     rest: Any
     scale: float
     shift: float
+    plain: tuple[float, float]
     val_curve: np.ndarray
     train_curve: np.ndarray
     restarts: int
@@ -393,14 +402,16 @@ class _Trained(NamedTuple):
 
 @persistent_jit(static_argnames=("trainer", "divergence"))
 def _member_fit(params, rest, member, fit_batch, val_batch, z, *, trainer, divergence):
-    """Member ``member`` of the stacked ensemble and its fitted scale and shift, as one program.
+    """Member ``member`` of the stacked ensemble and its fitted maps, as one program.
 
-    The fit is :func:`~cbdp_jax._src.core.fit`; taking the member inside the same program spares one
-    indexing program per leaf (and a program to load at cold start).
+    Returns the member, the conservative ``(scale, shift)`` of :func:`~cbdp_jax._src.core.fit` (the
+    certified critic starts there) and the closed-form one (the estimate's critic). Taking the member
+    inside the same program spares one indexing program per leaf (and a program to load at cold start).
     """
     params_m, rest_m = jax.tree.map(lambda x: x[member], (params, rest))
     scale, shift = core_fit(trainer, divergence, params_m, rest_m, fit_batch, val_batch, z)
-    return params_m, rest_m, scale, shift
+    plain = closed_form_fit(trainer, divergence, params_m, rest_m, fit_batch)
+    return params_m, rest_m, scale, shift, plain
 
 
 def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
@@ -443,7 +454,7 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     best_values = np.where(finite, np.asarray(out.best_value), -np.inf)
     member = int(np.argmax(best_values))
     fit_batch = prob.train if prob.train is not None else prob.stats_sample
-    params_m, rest_m, fscale, fshift = _member_fit(
+    params_m, rest_m, fscale, fshift, (pscale, pshift) = _member_fit(
         out.best_params,
         state.rest,
         np.int32(member),
@@ -459,6 +470,7 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
         rest_m,
         float(fscale),
         float(fshift),
+        (float(pscale), float(pshift)),
         np.asarray(out.trace.val_value)[:, member],
         np.asarray(out.trace.train_value)[:, member],
         restarts,
@@ -609,7 +621,7 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
     # The estimate is reported for the fitted member of the class itself, the bound for the
     # certified critic (a shrunk or bounded version of it); one pass evaluates both.
-    named = (trained.scale, trained.shift)
+    named = trained.plain
     val_crit_p = critic_outputs(trained.graphdef, critic, prob.val[0])
     val_crit_q = critic_outputs(trained.graphdef, critic, prob.val[1])
     centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
@@ -730,6 +742,7 @@ def _unbounded(reason: str, direction: str) -> dict[str, Any]:
         "f_estimate": math.inf,
         "f_lower_bound": math.inf,
         "f_std_error": 0.0,
+        "certified_estimate": math.inf,
         "train_value": math.inf,
         "objective": "none",
         "curves": {},

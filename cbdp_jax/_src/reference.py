@@ -91,8 +91,10 @@ def reference_for(
     if pair is None:
         return None
     dim = pair.dim
-    exact_class = exact_allowed and spec.bound is None and (
-        spec.name == "linear" and spec.feature_map is None or spec.name == "poly" and dim == 1
+    exact_class = (
+        exact_allowed
+        and spec.bound is None
+        and (spec.name == "linear" and spec.feature_map is None or spec.name == "poly" and dim == 1)
     )
     if exact_class:
         try:

@@ -91,6 +91,7 @@ from cbdp_jax._src.core import (
     Trainer,
     TrainState,
     cached_trainer,
+    closed_form_fit,
     objective_kind,
     set_learning_rate,
     spec_properties,
@@ -307,6 +308,8 @@ class MemberTraining(NamedTuple):
         choose each member's finite-sample method before the test samples are drawn).
       tail_shrink: The factor t applied to the fitted critic on validation data so that its tails
         clear the asymptotic bound's check (``scale`` and ``shift`` are after it), ``[M]``; 1: none.
+      plain: The closed-form ``(scale, shift)`` of each member, ``([M], [M])``: the critic the
+        row's estimate is reported for (``scale`` / ``shift`` are the certified critic's).
 
     """
 
@@ -321,6 +324,7 @@ class MemberTraining(NamedTuple):
     centres: Any
     val_z: Any
     tail_shrink: Any
+    plain: Any
 
 
 class TrainedBatch(NamedTuple):
@@ -502,8 +506,12 @@ def _train_batch(
             trainer, div, p_, r_, (xf[0], xf[1]), (xv[0], xv[1]), z, inp.alpha.astype(dt)
         )
 
+    def member_plain(p_, r_, inp, xf):
+        return closed_form_fit(trainer, div, p_, r_, (xf[0], xf[1]), inp.alpha.astype(dt))
+
     rest = state.rest
     scale, shift = jax.vmap(member_fit)(best_p, rest, inputs, fit_x, val_x)
+    plain = jax.vmap(member_plain)(best_p, rest, inputs, fit_x)
 
     # The class's raw outputs on the validation samples, once: the shrink and the statistics use them.
     hv_p, hv_q = jax.vmap(functools.partial(_outputs, static))(best_p, rest, val_x)
@@ -537,7 +545,7 @@ def _train_batch(
 
     cent, val_z = jax.vmap(validation_stats)(inputs, hv_p, hv_q, scale, shift)
     return MemberTraining(
-        best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent, val_z, shrink
+        best_p, rest, scale, shift, best_v, finite, train_c.T, val_c.T, cent, val_z, shrink, plain
     )
 
 
@@ -552,18 +560,27 @@ def _member_evaluate(
     scale,
     shift,
     centres,
+    plain,
     index,
     n_valid,
 ):
-    """Held-out statistics of the two f-form terms on one chunk of fresh samples (one member)."""
+    """Held-out statistics of the two f-form terms on one chunk of fresh samples (one member).
+
+    The certified critic ``scale * h + shift`` gives every statistic of the bound; the closed-form
+    critic ``plain`` only the moments of its terms (the row's estimate).
+    """
     key = jax.random.wrap_key_data(test_key_data, impl=static.key_impl)
     h_p, h_q = _outputs(
         static, params, rest, _draw_pair(static, jax.random.fold_in(key, index), chunk, inp)
     )
+    conjugate = _divergence(static).conjugate
+    alpha = inp.alpha.astype(h_q.dtype)
     t_p = scale * h_p + shift
-    t_q = _divergence(static).conjugate(scale * h_q + shift, inp.alpha.astype(h_q.dtype))
+    t_q = conjugate(scale * h_q + shift, alpha)
     mask = jnp.arange(chunk) < n_valid
     z = jnp.where(mask, t_p - t_q, 0.0)
+    named_p = plain[0] * h_p + plain[1]
+    named_q = conjugate(plain[0] * h_q + plain[1], alpha)
     out = (
         mom.of(t_p, mask),
         mom.of(t_q, mask),
@@ -571,6 +588,8 @@ def _member_evaluate(
         berry_esseen.pair_moments(z, mask),
         tails.sketch(t_p, centres[0], tails.DEFAULT_CAPACITY, mask),
         tails.sketch(t_q, centres[1], tails.DEFAULT_CAPACITY, mask),
+        mom.of(named_p, mask),
+        mom.of(named_q, mask),
     )
     return out + ((z,) if keep else ())
 
@@ -634,7 +653,7 @@ def _evaluate_program(
     keep=False,
 ):
     fn = functools.partial(_member_evaluate, static, chunk, keep)
-    return jax.vmap(fn, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None))(
+    return jax.vmap(fn, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, None, None))(
         inputs,
         test_key_data,
         output.params,
@@ -642,6 +661,7 @@ def _evaluate_program(
         output.scale,
         output.shift,
         output.centres,
+        output.plain,
         index,
         n_valid,
     )
@@ -942,8 +962,8 @@ def _model_static(static: _Static) -> _Static:
 def _host_held_out(stats, n_valid: int) -> held_out.HeldOut:
     """Device chunk statistics of a batch ``[M, ...]`` as float64 host held-out statistics."""
     stats = jax.tree.map(_to_host, stats)
-    p, q, z, pairs, tail_p, tail_q = stats[:6]
-    z_samples = np.asarray(stats[6][:, :n_valid], np.float64) if len(stats) > 6 else None
+    p, q, z, pairs, tail_p, tail_q, named_p, named_q = stats[:8]
+    z_samples = np.asarray(stats[8][:, :n_valid], np.float64) if len(stats) > 8 else None
     f64 = lambda m: mom.Moments(*(np.asarray(f, np.float64) for f in m))  # noqa: E731
     return held_out.HeldOut(
         f64(p),
@@ -953,6 +973,7 @@ def _host_held_out(stats, n_valid: int) -> held_out.HeldOut:
         tails.TailSketch(np.asarray(tail_p.top, np.float64), np.asarray(tail_p.count)),
         tails.TailSketch(np.asarray(tail_q.top, np.float64), np.asarray(tail_q.count)),
         z_samples,
+        held_out.Terms(f64(named_p), f64(named_q)),
     )
 
 

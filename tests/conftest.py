@@ -10,11 +10,13 @@ process) is off for the whole suite, subprocesses included: a test that patches 
 be served an executable stored from the unpatched code. ``tests/test_programs.py`` switches it on in a
 folder of its own.
 
-JAX's persistent compilation cache (which the library turns on at import, ``cbdp_jax/_src/cache.py``)
-is off in this process: with it on, a full run crashed three times out of three inside JAX's cache
-(``compilation_cache.put_executable_and_time`` / ``get_executable_and_time``, a segmentation fault or
-an abort in XLA:CPU's executable serialisation, jax 0.10.2) at the ~1,100th test, while every file
-passed on its own. Subprocesses (the CLI tests) keep it, as a user's ``cbdp`` process has it.
+Compiled programs are released after each test module (``jax.clear_caches()``). Every XLA:CPU
+executable held in memory keeps memory mappings of its own; one process running the whole suite reached
+about 65,000 of them near the 1,100th test, Linux's default ``vm.max_map_count`` (65,530), and died with
+a segmentation fault inside XLA (four runs of four, at the same test; every file passed on its own).
+Within a module, programs are shared as before. JAX's persistent compilation cache is off in this
+process too (the crash first showed inside its serialisation); subprocesses (the CLI tests) keep it, as a
+user's ``cbdp`` process has it.
 
 Hypothesis runs derandomized (a fixed sequence of examples, the same on every run and machine): a
 property test that fails once fails every time, and CI cannot be red by the luck of a draw. Set
@@ -34,6 +36,13 @@ jax.config.update("jax_enable_compilation_cache", False)
 settings.register_profile("derandomized", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops every compiled program at the end of a test module (see the module docstring)."""
+    yield
+    jax.clear_caches()
 
 
 @pytest.fixture(autouse=True)

@@ -82,7 +82,9 @@ class Trainer(NamedTuple):
       init: ``(key, x_reference [n, d]) -> TrainState``: inputs standardised with the reference
         sample's mean and spread.
       step: ``(key, state, (x_p, x_q), alpha=None) -> (TrainState, StepInfo)``.
-      value: ``(state, (x_p, x_q), alpha=None) -> scalar`` training objective.
+      value: ``(state, (x_p, x_q), alpha=None) -> scalar`` validation criterion: the training
+        objective, or for the scale-free Renyi form its value minus 1.645 standard errors
+        (``objectives.renyi_scale_free_score``), which picks the member and the stopping point.
       apply: ``(params, rest, x [n, d]) -> [n]`` outputs.
       init_standardised: ``(key, loc [d], scale [d]) -> TrainState``: inputs standardised with a
         known location and scale (the sweep knows its noise laws').
@@ -301,9 +303,10 @@ def trainer(
         return divergence.alpha if alpha is None else alpha
 
     def value(state, batch, alpha=None):
+        # The validation criterion (the objective, or its lower value for the scale-free Renyi form).
         x_p, x_q = batch
         h_p, h_q = apply(state.params, state.rest, x_p), apply(state.params, state.rest, x_q)
-        return fns.value(h_p, h_q, _alpha(alpha))
+        return fns.score(h_p, h_q, _alpha(alpha))
 
     def loss(params, rest, batch, alpha):
         x_p, x_q = batch

@@ -76,6 +76,9 @@ class ObjectiveFunctions(NamedTuple):
       fit: ``(h_p, h_q, alpha) -> (scale, shift)``, the closed-form map to the plain f-form.
       penalty: ``(h_p, h_q) -> scalar`` added to the training loss only (see :class:`Objective`).
       conjugate: ``(s, alpha) -> f*(s)`` of the divergence, elementwise.
+      score: ``(h_p, h_q, alpha) -> scalar``, the validation criterion that picks the ensemble member
+        and the stopping point: the objective itself, except for the scale-free Renyi form, whose
+        heavy-tailed critics it discounts (:func:`renyi_scale_free_score`).
 
     """
 
@@ -83,6 +86,7 @@ class ObjectiveFunctions(NamedTuple):
     fit: Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
     penalty: Callable[[jax.Array, jax.Array], jax.Array]
     conjugate: Callable[[jax.Array, jax.Array], jax.Array]
+    score: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 
 def _identity_fit(h_p, h_q, alpha=None):
@@ -103,6 +107,35 @@ def _renyi_scale_free_value(h_p, h_q, alpha):
     big_a = alpha_exponent(alpha)
     mean_p = jnp.abs(jnp.mean(h_p))
     return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs")
+
+
+# The validation criterion of the scale-free Renyi form subtracts SELECTION_Z standard errors.
+SELECTION_Z = 1.6448536269514722
+
+
+def renyi_scale_free_score(h_p, h_q, alpha):
+    """The scale-free Renyi form minus ``SELECTION_Z`` delta-method standard errors, on validation data.
+
+    The form is A log|mean h_p| - log mean |h_q|^A. Under noise with unbounded support the optimal
+    Renyi critic grows like (p/q)^(alpha - 1), so training drives a network towards ever steeper
+    outputs in the tails, where |h_q|^A is heavy-tailed: its validation mean is then usually too
+    small, the form too large, and picking the block or member with the largest raw value picks the
+    critic whose value is most overestimated (Gaussian sigma = 1.25, alpha = 4, MLP: a validation
+    value of 1.58 against the true 1.28, held-out estimate 1.06). The standard error of the two logs
+    of means, A^2 var(h_p) / (n mean(h_p)^2) + var(|h_q|^A) / (m mean(|h_q|^A)^2), grows with that
+    tail, so the lower value prefers critics whose value the data can confirm. Scale-free (like the
+    form) and computed in log space (no overflow of |h_q|^A).
+    """
+    big_a = alpha_exponent(alpha)
+    value = _renyi_scale_free_value(h_p, h_q, alpha)
+    mean_p = jnp.mean(h_p)
+    rel_p = jnp.var(h_p) / (mean_p * mean_p + 1e-30)
+    base = jnp.abs(h_q)
+    logs = jnp.where(base > 0, big_a * jnp.log(jnp.where(base > 0, base, 1.0)), -jnp.inf)
+    w = jnp.exp(logs - jnp.max(logs))
+    rel_q = jnp.var(w) / (jnp.mean(w) ** 2 + 1e-30)
+    se = jnp.sqrt(big_a * big_a * rel_p / h_p.shape[0] + rel_q / h_q.shape[0])
+    return value - SELECTION_Z * se
 
 
 def _renyi_sign_and_scale_fit(h_p, h_q, alpha):
@@ -139,10 +172,14 @@ def objective_functions(kind: str, divergence: str, convention: str = "abs") -> 
             return plain(s)
 
     if kind == "dv" and divergence == "kl":
-        return ObjectiveFunctions(_dv_value, _dv_fit, _no_penalty, conjugate)
+        return ObjectiveFunctions(_dv_value, _dv_fit, _no_penalty, conjugate, _dv_value)
     if kind == "renyi_scale_free" and divergence in ("renyi", "alpha") and convention == "abs":
         return ObjectiveFunctions(
-            _renyi_scale_free_value, _renyi_sign_and_scale_fit, _scale_penalty, conjugate
+            _renyi_scale_free_value,
+            _renyi_sign_and_scale_fit,
+            _scale_penalty,
+            conjugate,
+            renyi_scale_free_score,
         )
     if kind != "fform":
         raise InvalidParameterError(
@@ -153,7 +190,7 @@ def objective_functions(kind: str, divergence: str, convention: str = "abs") -> 
     def fform(h_p, h_q, alpha=None):
         return jnp.mean(h_p) - jnp.mean(conjugate(h_q, alpha))
 
-    return ObjectiveFunctions(fform, _identity_fit, _no_penalty, conjugate)
+    return ObjectiveFunctions(fform, _identity_fit, _no_penalty, conjugate, fform)
 
 
 def choose_objective(div: Divergence, spec: AdversarySpec, *, tight: bool = True) -> Objective:

@@ -355,10 +355,7 @@ def test_a_sweep_of_saturated_bounded_members_stays_inside_its_support():
     from cbdp_jax.adversaries import AdversarySpec
     from cbdp_jax.sweep import SweepConfig, estimate_sweep
 
-    cfg = SweepConfig(
-        steps=200, eval_every=50, batch_size=1024, val_samples=2048, test_samples=20_000,
-        eval_chunk=10_000, finite_sample_method="betting",
-    )  # fmt: skip
+    cfg = SweepConfig(steps=500, test_samples=50_000, finite_sample_method="betting")
     rows = estimate_sweep(
         jax.random.key(0),
         [LaplaceMechanism(epsilon=16.0), LaplaceMechanism(epsilon=32.0)],
@@ -403,3 +400,32 @@ def test_the_renyi_validation_score_prefers_the_critic_whose_value_the_data_conf
         raw_wrong += bad[0] > good[0]
         score_wrong += bad[1] > good[1]
     assert raw_wrong >= 15 and score_wrong <= 10, (raw_wrong, score_wrong)
+
+
+def test_the_renyi_validation_score_gives_no_credit_where_q_has_no_samples():
+    # Gaussian sigma = 0.8, alpha = 2 (Renyi 1.5625): a network can place a steep hinge where P has a
+    # few dozen validation samples and Q about one, h = 50 relu(-2.2 - x). Its population value is
+    # -1.29 (quadrature), a plain hinge towards P, relu(0.5 - x), has 1.32. Over 50 validation draws
+    # of 25,000 per side the raw form prefers the exploiting hinge 27 times (negative control, asserted
+    # >= 12); the score, which clips h_p to the range of h_q, never does (asserted <= 2).
+    from cbdp_jax._src.objectives import _renyi_scale_free_value, renyi_scale_free_score
+
+    sigma, alpha, n = 0.8, 2.0, 25_000
+
+    def values(x_p, x_q, critic):
+        h_p, h_q = (jnp.asarray(critic(x), jnp.float32) for x in (x_p, x_q))
+        return (
+            float(_renyi_scale_free_value(h_p, h_q, alpha)),
+            float(renyi_scale_free_score(h_p, h_q, alpha)),
+        )
+
+    good = lambda x: np.maximum(0.5 - x, 0.0) + 1e-3
+    exploit = lambda x: 1e-3 + 50.0 * np.maximum(-2.2 - x, 0.0)
+    raw_wrong = score_wrong = 0
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        x_p, x_q = rng.normal(0.0, sigma, n), rng.normal(1.0, sigma, n)
+        g, e = values(x_p, x_q, good), values(x_p, x_q, exploit)
+        raw_wrong += e[0] > g[0]
+        score_wrong += e[1] > g[1]
+    assert raw_wrong >= 12 and score_wrong <= 2, (raw_wrong, score_wrong)

@@ -114,19 +114,27 @@ SELECTION_Z = 1.6448536269514722
 
 
 def renyi_scale_free_score(h_p, h_q, alpha):
-    """The scale-free Renyi form minus ``SELECTION_Z`` delta-method standard errors, on validation data.
+    """The scale-free Renyi form of the critic clipped to Q's range, minus ``SELECTION_Z`` SEs.
 
     The form is A log|mean h_p| - log mean |h_q|^A. Under noise with unbounded support the optimal
     Renyi critic grows like (p/q)^(alpha - 1), so training drives a network towards ever steeper
-    outputs in the tails, where |h_q|^A is heavy-tailed: its validation mean is then usually too
-    small, the form too large, and picking the block or member with the largest raw value picks the
-    critic whose value is most overestimated (Gaussian sigma = 1.25, alpha = 4, MLP: a validation
-    value of 1.58 against the true 1.28, held-out estimate 1.06). The standard error of the two logs
-    of means, A^2 var(h_p) / (n mean(h_p)^2) + var(|h_q|^A) / (m mean(|h_q|^A)^2), grows with that
-    tail, so the lower value prefers critics whose value the data can confirm. Scale-free (like the
-    form) and computed in log space (no overflow of |h_q|^A).
+    outputs in the tails, and the form of a sample rewards a critic that is large where P has a few
+    samples and Q none: nothing in the sample charges for it. Two corrections make the criterion
+    prefer critics whose value the data can confirm:
+
+    - ``h_p`` is clipped to the range of ``h_q`` on the same validation sample: E_Q |h|^A is unchanged
+      on the sample, and a critic gains nothing from values no Q sample has seen (Gaussian sigma =
+      0.8, alpha = 2, MLP 64x2: a block whose raw form read 8.4 against the true 1.56 was picked, and
+      its held-out value was -inf);
+    - the delta-method standard error of the two logs of means, A^2 var(h_p) / (n mean(h_p)^2) +
+      var(|h_q|^A) / (m mean(|h_q|^A)^2), is subtracted 1.645 times: it grows with the tail of
+      |h_q|^A, whose validation mean is then usually too small (Gaussian sigma = 1.25, alpha = 4: a
+      validation value of 1.58 against the true 1.28 was picked, held-out estimate 1.06).
+
+    Scale-free (like the form) and computed in log space (no overflow of |h_q|^A).
     """
     big_a = alpha_exponent(alpha)
+    h_p = jnp.clip(h_p, jnp.min(h_q), jnp.max(h_q))
     value = _renyi_scale_free_value(h_p, h_q, alpha)
     mean_p = jnp.mean(h_p)
     rel_p = jnp.var(h_p) / (mean_p * mean_p + 1e-30)

@@ -245,7 +245,7 @@ def test_printed_bound_is_violated_and_corrected_bound_holds(pair, alpha, printe
 SLACK = 1e-9
 
 
-@settings(max_examples=8, deadline=None, derandomize=True)
+@settings(max_examples=8, deadline=None)
 @given(
     family=st.sampled_from(["laplace", "gaussian"]),
     noise=st.floats(0.4, 2.5),

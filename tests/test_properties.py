@@ -31,7 +31,6 @@ EXACT_SETTINGS = settings(
 EST_SETTINGS = settings(
     deadline=None,
     max_examples=6,
-    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 
@@ -267,7 +266,7 @@ def test_estimated_lower_bound_never_exceeds_the_unrestricted_value(
 
 
 @pytest.mark.x64
-@settings(deadline=None, max_examples=4, derandomize=True)
+@settings(deadline=None, max_examples=4)
 @given(
     family=st.sampled_from(["laplace", "gaussian"]),
     scale=st.floats(0.75, 2.0),

@@ -2,9 +2,8 @@
 
 The sweep is a multi-unit :class:`~cbdp_jax.checkpoint.UnitStore` run of the kind ``cbdp reproduce``
 performs: a grid of exact restricted Renyi values (one unit each), then a CSV and a JSON of all rows,
-written atomically. ``cbdp reproduce paper --quick`` itself is exercised by a slow test once at least two
-of the paper's figure experiments are installed (today ``paper`` resolves to none of them, and the only
-registered experiment, ``coverage``, is a single unit).
+written atomically. ``cbdp reproduce paper --quick`` killed and resumed, and a per-unit experiment
+(``convexity``) killed mid-experiment, are exercised by two slow tests (a few minutes each).
 
 Independent references: an uninterrupted run of the same sweep in another folder (outputs compared byte
 for byte, JSON -- unit files included -- minus wall time and environment), and logs of which units each

@@ -608,8 +608,10 @@ def estimate_cmd(
         str,
         typer.Option(
             help="kind of lower bound: finite-sample (no assumption; the critic is bounded, "
-            "B*tanh(h/B), B chosen on validation data), asymptotic (CLT, refused when the "
-            "held-out tails look infinite), or auto (finite-sample for bounded classes)"
+            "B*tanh(h/B), B chosen on validation data: a bound on that class), asymptotic (CLT "
+            "on the class itself, refused when the held-out tails look too heavy), class (a bound "
+            "on the class itself: finite-sample if it is bounded, else asymptotic), or auto "
+            "(class, falling back to finite-sample when the validation tails are too heavy)"
         ),
     ] = "auto",
     target: Annotated[

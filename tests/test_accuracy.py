@@ -82,3 +82,20 @@ def test_an_mlp_closes_the_capacity_gap_for_laplace_kl():
     assert res.estimate >= 0.93 * truth and res.estimate - 10 * res.std_error > lin
     assert res.estimate <= truth + 4 * res.std_error
     assert res.lower_bound <= truth
+
+
+def test_the_coverage_experiment_runs_and_its_bounds_cover(tmp_path):
+    # `cbdp reproduce coverage` (cbdp_jax/experiments/coverage.py), quick: 20 independent runs of the
+    # linear KL bound at Laplace eps = 1. A 95% bound misses in >= 5 of 20 runs with probability 0.3%
+    # (binomial at p = 0.05), so at most 4 misses are allowed. The bounds are on the linear class
+    # itself (guarantee 'class'), so comparing them with its exact value is meaningful.
+    import json
+
+    from cbdp_jax.experiments import load
+
+    summary = load("coverage").run(tmp_path, quick=True)
+    rows = json.loads((tmp_path / "coverage.json").read_text())["rows"]
+    assert len(rows) == summary["runs"] == 20
+    assert (tmp_path / "coverage.png").stat().st_size > 10_000
+    misses = sum(not r["covered"] for r in rows)
+    assert misses <= 4, misses

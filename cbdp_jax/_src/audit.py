@@ -590,22 +590,15 @@ _ESTIMATOR_CLASSES = {
 }
 
 
-def _capacity_guarantee(cls: str) -> str:
-    """The bound a capacity claim on ``cls`` is checked with: one on D^H of that class itself.
-
-    A bounded class has a finite-sample bound on itself. An unbounded class has none (its critic's
-    terms are unbounded); the finite-sample bound of ``B tanh(H / B)`` is on another class, so the
-    asymptotic bound on H is used, with its assumption stated in the rows.
-    """
-    return "finite-sample" if _ESTIMATOR_CLASSES[cls].get("bound") is not None else "asymptotic"
-
-
 def _estimator_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[Row], int]:
     from cbdp_jax._src.estimator import EstimatorConfig, estimate_from_samples
 
     if claim.kind == "capacity":
         classes, divergence, alphas = [claim.adversary], claim.divergence, [claim.alpha]
-        guarantee = _capacity_guarantee(claim.adversary)
+        # A bound on D^H of the claimed class itself: a bounded class's finite-sample bound; for an
+        # unbounded class the asymptotic one (the finite-sample bound of B tanh(H / B) is on another
+        # class), its assumption stated in the rows.
+        guarantee = "class"
     else:
         classes = [c if c in _ESTIMATOR_CLASSES else "bounded-mlp" for c in config.classes]
         classes, divergence = list(dict.fromkeys(classes)), "renyi"

@@ -40,7 +40,7 @@ from cbdp_jax._src.statistics.bounds import Bound, renyi_slope, to_reported
 from cbdp_jax._src.statistics.held_out import HEAVY_TAIL_SHARE, UNRELIABLE_SHARE, HeldOut
 from cbdp_jax._src.validation import check_choice
 
-GUARANTEE_CHOICES = ("auto", "finite-sample", "asymptotic")
+GUARANTEE_CHOICES = ("auto", "class", "finite-sample", "asymptotic")
 METHOD_CHOICES = ("auto", "berry-esseen", "betting")
 _B_CANDIDATES = 32
 _SHRINK_GRID = tuple(float(t) for t in np.geomspace(1.0, 0.05, 40))
@@ -78,13 +78,14 @@ class Plan(NamedTuple):
 
 
 def resolve_guarantee(guarantee: str, spec) -> str:
-    """``'auto'``: finite-sample for a bounded class (its terms are bounded), asymptotic otherwise.
+    """``'auto'`` and ``'class'``: finite-sample for a bounded class (its terms are bounded), else asymptotic.
 
-    This is the guarantee before any data is seen; the estimator's ``'auto'`` then falls back to the
-    finite-sample bound when the asymptotic one's tail check fails on validation data.
+    This is the guarantee before any data is seen. ``'class'`` keeps it: the bound is always on the
+    class itself. The estimator's ``'auto'`` then falls back to the finite-sample bound of ``B tanh(h /
+    B)`` when the asymptotic one's tail check fails on validation data (a bound on another class).
     """
     check_choice("guarantee", guarantee, GUARANTEE_CHOICES)
-    if guarantee != "auto":
+    if guarantee not in ("auto", "class"):
         return guarantee
     return "finite-sample" if spec.bound is not None else "asymptotic"
 

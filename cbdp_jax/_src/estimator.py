@@ -102,10 +102,12 @@ class EstimatorConfig:
         refused when the held-out tails point to an infinite variance), ``'finite-sample'`` (valid
         at every n with no assumption: the critic is bounded, ``B tanh(h / B)`` with B chosen on
         validation data unless the class is bounded already, and the bound is on that bounded
-        class), or ``'auto'`` (finite-sample for bounded classes; for an unbounded class the
-        asymptotic bound on the class itself when the critic's validation tails clear the check the
-        test will apply, else the finite-sample bound of its bounded version; ``guarantee_choice``
-        says which and why).
+        class), ``'class'`` (a bound on the class itself, whatever the data: finite-sample for a
+        bounded class, asymptotic otherwise; what a claim about D^H of this class needs), or
+        ``'auto'`` (finite-sample for bounded classes; for an unbounded class the asymptotic bound
+        on the class itself when the critic's validation tails clear the check the test will apply,
+        else the finite-sample bound of its bounded version, a bound on that bounded class and on
+        the unrestricted divergence; ``guarantee_choice`` says which and why).
       finite_sample_method: ``'berry-esseen'``, ``'betting'`` or ``'auto'`` (the one predicted
         tighter at the test size, chosen on validation data).
       tail_margin: The asymptotic bound needs both f-form terms' tail index (Hill) to be shown
@@ -494,11 +496,13 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
     )  # noqa: E731
     hv_p, hv_q = raw(prob.val[0]), raw(prob.val[1])
     if guarantee == "finite-sample":
-        why = "asked for" if requested == "finite-sample" else "auto: the class is bounded"
+        why = "asked for" if requested == "finite-sample" else f"{requested}: the class is bounded"
         return _finite_sample_plan(prob, trained, hv_p, hv_q, confidence)._replace(choice=why)
     plan = _asymptotic_plan(prob, trained, hv_p, hv_q, raw)
     if requested == "asymptotic":
         return plan._replace(choice="asked for")
+    if requested == "class":
+        return plan._replace(choice="class: the class is unbounded, so the bound on it is asymptotic")
     n_test = min(prob.n_test)
     crit_p, crit_q = plan.scale * hv_p + plan.shift, plan.scale * hv_q + plan.shift
     if certification.clears_tails(

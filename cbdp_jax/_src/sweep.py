@@ -157,8 +157,10 @@ class SweepConfig:
       tight: Train with the tight forms of docs/theory/objectives.md where the class allows it.
       dtype: ``'float32'`` or ``'float64'`` (needs ``jax_enable_x64``).
       guarantee: ``'asymptotic'`` (the CLT bound, refused when the held-out tails look infinite),
-        ``'finite-sample'`` (bounded classes only: ``bound=B``; no assumption) or ``'auto'``
-        (finite-sample for bounded classes, asymptotic otherwise). See docs/theory/bounds.md.
+        ``'finite-sample'`` (bounded classes only: ``bound=B``; no assumption), or ``'auto'`` /
+        ``'class'`` (finite-sample for bounded classes, asymptotic otherwise: every member's bound
+        is on its own class; unlike the estimator's ``'auto'``, the sweep never falls back to the
+        bounded version of an unbounded class). See docs/theory/bounds.md.
       finite_sample_method: ``'berry-esseen'`` (streams: moments only), ``'betting'`` (keeps a
         batch's paired differences on the host: ``max_batch x test_samples`` floats), or ``'auto'``
         (per member, the one predicted tighter from its validation differences).

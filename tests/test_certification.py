@@ -71,7 +71,8 @@ def test_two_points_against_one_is_not_infinite_for_the_linear_class():
     q = np.ones(20_000)
     res = estimate_from_samples(jax.random.key(2), p, q, adversary="linear", config=FAST)
     assert not res.unbounded and math.isfinite(res.estimate)
-    assert abs(res.estimate) < 0.05 and res.lower_bound == 0.0
+    # KL^lin = 0 exactly: the estimate is within 4 SE of it (plus float32 rounding), the bound trivial.
+    assert abs(res.estimate) <= 4 * res.std_error + 1e-4 and res.lower_bound == 0.0
 
 
 def test_a_non_private_release_is_infinite_from_its_law_but_finite_for_a_bounded_class():

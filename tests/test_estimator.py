@@ -129,7 +129,9 @@ def test_estimate_is_held_out_not_in_sample():
         jax.random.key(4), p, q, adversary="mlp", width=64, depth=2, config=cfg
     )
     assert res.estimate < 3 * res.std_error
-    assert res.train_value > 3 * res.std_error and res.train_value > res.estimate + 5 * res.std_error
+    assert (
+        res.train_value > 3 * res.std_error and res.train_value > res.estimate + 5 * res.std_error
+    )
     assert res.bound_reliable and res.f_lower_bound <= 0.0
 
 

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -78,8 +79,20 @@ def run_python(code: str, cwd: Path) -> str:
     return proc.stdout
 
 
-def same_output(got: str, want: str, *, rel: float = 0.25, abs_tol: float = 0.05) -> list[str]:
-    """Differences between printed and expected output (empty when they agree; rules in the docstring)."""
+PLUS_MINUS = re.compile(
+    r"estimate ([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?) \+- (\d*\.?\d+(?:[eE][-+]?\d+)?)"
+)
+
+
+def same_output(got: str, want: str, *, allowance: float = 0.01) -> list[str]:
+    """Differences between printed and expected output (empty when they agree).
+
+    Lines without "estimate" must match digit for digit. On an estimate line ("estimate X +- S ..."),
+    each number that is not an integer (the estimate, a bound) may move by 4 sqrt(S_got^2 + S_want^2)
+    + ``allowance`` (two independent estimates, each with its reported standard error, plus a small
+    optimisation allowance); the standard errors themselves within a factor 2; integers (sample
+    counts) must match exactly.
+    """
     problems = []
     got_lines, want_lines = got.strip().splitlines(), want.strip().splitlines()
     if len(got_lines) != len(want_lines):
@@ -92,9 +105,24 @@ def same_output(got: str, want: str, *, rel: float = 0.25, abs_tol: float = 0.05
         if NUMBER.sub("#", g) != NUMBER.sub("#", w):
             problems.append(f"printed {g!r}, README shows {w!r} (text differs)")
             continue
+        m_g, m_w = PLUS_MINUS.search(g), PLUS_MINUS.search(w)
+        if m_g is None or m_w is None:
+            problems.append(f"printed {g!r}: an estimate line needs 'estimate X +- SE'")
+            continue
+        se_g, se_w = float(m_g.group(2)), float(m_w.group(2))
+        tol = 4.0 * math.hypot(se_g, se_w) + allowance
         for a, b in zip(NUMBER.findall(g), NUMBER.findall(w), strict=True):
-            if abs(float(a) - float(b)) > max(abs_tol, rel * abs(float(b))):
-                problems.append(f"printed {g!r}, README shows {w!r} ({a} vs {b})")
+            x, y = float(a), float(b)
+            if "." not in b and "e" not in b.lower():
+                ok = x == y  # an integer: a sample count
+            elif b == m_w.group(2):
+                ok = se_w / 2 <= x <= 2 * se_w  # the standard error
+            else:
+                ok = abs(x - y) <= tol
+            if not ok:
+                problems.append(
+                    f"printed {g!r}, README shows {w!r} ({a} vs {b}, tolerance {tol:.3g})"
+                )
     return problems
 
 
@@ -117,6 +145,12 @@ def test_same_output_rules_catch_a_wrong_value():
     assert (
         same_output("exact (lin, Renyi) 0.410577\nlinear KL: estimate 0.23 +- 0.0071", want) == []
     )
+    # 0.226 -> 0.29 moves by 0.064, beyond 4 sqrt(2) 0.007 + 0.01 = 0.050: it fails, as does an SE
+    # three times the README's, or a changed sample count.
+    assert same_output("exact (lin, Renyi) 0.410577\nlinear KL: estimate 0.29 +- 0.007", want)
+    assert same_output("exact (lin, Renyi) 0.410577\nlinear KL: estimate 0.226 +- 0.021", want)
+    counts = "x: estimate 0.5 +- 0.01, samples {'test_p': 5000}"
+    assert same_output(counts.replace("5000", "5001"), counts)
 
 
 def test_first_python_block_runs_and_prints_what_the_readme_shows(tmp_path):

@@ -502,7 +502,9 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
     if requested == "asymptotic":
         return plan._replace(choice="asked for")
     if requested == "class":
-        return plan._replace(choice="class: the class is unbounded, so the bound on it is asymptotic")
+        return plan._replace(
+            choice="class: the class is unbounded, so the bound on it is asymptotic"
+        )
     n_test = min(prob.n_test)
     crit_p, crit_q = plan.scale * hv_p + plan.shift, plan.scale * hv_q + plan.shift
     if certification.clears_tails(

@@ -19,7 +19,6 @@ closed forms are asserted at 1e-9 relative; dp_accounting computes in float64 wi
 from __future__ import annotations
 
 import dataclasses
-
 import math
 
 import jax

@@ -577,6 +577,7 @@ def _plot_curve(record: dict[str, Any], path: Path) -> dict[str, Any]:
 
 @app.command("estimate")
 def estimate_cmd(
+    ctx: typer.Context,
     mechanism: Annotated[str, typer.Option(help=", ".join(ESTIMATE_MECHANISMS))] = "laplace",
     epsilon: Annotated[float | None, typer.Option(help="Laplace / randomized response")] = None,
     sigma: Annotated[float | None, typer.Option(help="Gaussian noise std")] = None,
@@ -673,7 +674,7 @@ def estimate_cmd(
     }
     if p_samples is not None or q_samples is not None:
         args.update(p_samples=_path_or_none(p_samples), q_samples=_path_or_none(q_samples))
-        _check_sample_files(args)
+        _check_sample_files(args, _given(ctx, ("mechanism", "samples", "test_samples")))
     result = run_estimate(args, progress=output_format == "table" and sys.stderr.isatty())
     _emit(result, args, output_format, out)
 
@@ -682,8 +683,28 @@ def _path_or_none(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _check_sample_files(args: dict[str, Any]) -> None:
-    """Both sample files, and no mechanism parameter beside them."""
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` the user set (on the command line or in the environment)."""
+    # compared by name: typer may vendor click, so the enum's module varies between versions
+    sources = {n: ctx.get_parameter_source(n) for n in names}
+    return [
+        n
+        for n, src in sources.items()
+        if getattr(src, "name", "") in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+
+
+def _check_sample_files(args: dict[str, Any], given: list[str] = ()) -> None:
+    """Both sample files, and no mechanism parameter or sample size beside them.
+
+    ``given``: options the user set whose defaults would otherwise hide them (``--samples``,
+    ``--test-samples``, ``--mechanism``): the files fix the samples, so they do not apply.
+    """
+    for option in given:
+        raise InvalidParameterError(
+            f"{option}={args[option]!r} is invalid with --p-samples: the files hold the samples "
+            "(split into train / validation / test), no mechanism is run"
+        )
     for name in ("p_samples", "q_samples"):
         if args.get(name) is None:
             other = "q_samples" if name == "p_samples" else "p_samples"
@@ -770,10 +791,7 @@ def audit_cmd(
     ] = None,
     claim: Annotated[
         str | None,
-        typer.Option(
-            help="pure:EPS, approx:EPS:DELTA, renyi:ALPHA:EPS or capacity:CLASS:kl:VALUE "
-            "(capacity:CLASS:renyi:ALPHA:VALUE)"
-        ),
+        typer.Option(help="the claim to check; its forms are listed above"),
     ] = None,
     d: Annotated[str | None, typer.Option("--d", help="dataset D as JSON, e.g. [0,1,1]")] = None,
     d_prime: Annotated[str | None, typer.Option("--d-prime", help="neighbour D' as JSON")] = None,
@@ -801,7 +819,11 @@ def audit_cmd(
         typer.Option(help="then gradient ascent on the datasets (differentiable JAX mechanisms)"),
     ] = 0,
     classes: Annotated[
-        str, typer.Option(help="critic classes: linear, poly, mlp, histogram (bounded-mlp)")
+        str,
+        typer.Option(
+            help="critic classes, comma-separated: halfspace, linear, poly, mlp, histogram, "
+            "bounded-mlp"
+        ),
     ] = "linear,poly,mlp,histogram",
     confidence: Annotated[float, typer.Option(help="family-wise level")] = 0.95,
     suite: Annotated[
@@ -817,6 +839,10 @@ def audit_cmd(
     otherwise the strongest certified bound and what the audit could have detected. Pure and
     approximate claims also report the empirical epsilon (the largest eps the certified curve
     refutes) and GDP mu. A capacity claim on class H is checked only with bounds on H itself.
+
+    Claims (--claim): pure:EPS (pure eps-DP), approx:EPS:DELTA ((eps, delta)-DP), renyi:ALPHA:EPS
+    (Renyi DP of order ALPHA), capacity:CLASS:kl:VALUE or capacity:CLASS:renyi:ALPHA:VALUE (the
+    restricted divergence of CLASS = linear, poly, mlp or bounded-mlp is at most VALUE).
 
     Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
     """
@@ -877,6 +903,12 @@ def _audit_pairs(d, d_prime, space, pairs):
     if space is not None:
         try:
             spec = json.loads(space)
+            missing = [k for k in ("shape", "low", "high") if k not in spec]
+            if missing:
+                raise InvalidParameterError(
+                    f"space={space!r} is invalid: must give {', '.join(missing)} (the datasets' "
+                    "shape and the range [low, high] of their entries; no range is assumed)"
+                )
             space_obj = au.DatasetSpace(**spec)
         except (json.JSONDecodeError, TypeError, AttributeError) as exc:
             raise InvalidParameterError(
@@ -1211,7 +1243,13 @@ def _print_sweep(record: dict[str, Any], output_format: str, out: Path) -> None:
 
 @app.command("reproduce")
 def reproduce_cmd(
-    name: Annotated[str, typer.Argument(help="an experiment name, 'paper' (figures) or 'all'")],
+    name: Annotated[
+        str | None,
+        typer.Argument(help="an experiment name (--list shows them), 'paper' (figures) or 'all'"),
+    ] = None,
+    list_: Annotated[
+        bool, typer.Option("--list", help="list the experiments with what each shows, and exit")
+    ] = False,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results"),
     quick: Annotated[bool, typer.Option(help="small, fast versions")] = False,
     restart: Annotated[
@@ -1230,12 +1268,34 @@ def reproduce_cmd(
     """
     from cbdp_jax.experiments._reproduce import reproduce, resolve
 
+    if list_:
+        _echo_experiments()
+        return
+    if name is None:
+        raise InvalidParameterError(
+            "name=None is invalid: give an experiment name, 'paper' or 'all' (cbdp reproduce --list)"
+        )
     resolve(name)
     check_int_at_least("processes", processes, 1)
     check_output_folder("out", out)
     outcome = reproduce(name, out, quick=quick, restart=restart, processes=processes)
     if not outcome.ok:
         raise typer.Exit(1)
+
+
+def _experiment_lines() -> list[str]:
+    """``name: what it shows`` for every registered experiment, then the two groups."""
+    from cbdp_jax.experiments import EXPERIMENTS, PAPER_FIGURES
+
+    lines = [f"{name}: {about}" for name, (_, about) in EXPERIMENTS.items()]
+    lines.append(f"paper: the figures and Table 1 ({', '.join(PAPER_FIGURES)})")
+    lines.append("all: every experiment above, in this order")
+    return lines
+
+
+def _echo_experiments() -> None:
+    for line in _experiment_lines():
+        _echo_wrapped(line)
 
 
 def _reflowed(doc: str) -> str:
@@ -1251,6 +1311,9 @@ def _reflowed(doc: str) -> str:
 for _command in app.registered_commands:
     if _command.help is None and _command.callback is not None and _command.callback.__doc__:
         _command.help = _reflowed(_command.callback.__doc__)
+        if _command.callback is reproduce_cmd:
+            # rich help keeps the blank lines between paragraphs: one experiment per paragraph
+            _command.help += "\n\nExperiments:\n\n" + "\n\n".join(_experiment_lines())
 
 
 def main() -> None:

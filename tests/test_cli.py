@@ -301,3 +301,78 @@ def test_help_wrap_check_catches_a_hard_wrapped_docstring():
         """Second."""
 
     assert _broken_lines(_help_paragraphs(demo, "one")) != []
+
+
+def test_reproduce_lists_its_experiments_and_needs_a_name():
+    from cbdp_jax.experiments import EXPERIMENTS
+
+    listed = subprocess.run([*CLI, "reproduce", "--list"], capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split(":")[0] for line in listed.stdout.splitlines() if not line.startswith(" ")]
+    assert names == [*EXPERIMENTS, "paper", "all"]
+    helped = subprocess.run(
+        [*CLI, "reproduce", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert all(f"{name}:" in helped.stdout for name in EXPERIMENTS)
+    # Negative control: no name and no --list is bad input (exit 2, one line naming the fix).
+    bare = subprocess.run([*CLI, "reproduce"], capture_output=True, text=True)
+    assert bare.returncode == 2 and "cbdp reproduce --list" in bare.stderr
+
+
+def test_audit_help_shows_every_claim_form_and_class_at_80_columns():
+    proc = subprocess.run(
+        [*CLI, "audit", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    text = " ".join(proc.stdout.split())  # rich wraps at 80: compare the words
+    for form in ("pure:EPS", "approx:EPS:DELTA", "renyi:ALPHA:EPS", "capacity:CLASS:kl:VALUE",
+                 "capacity:CLASS:renyi:ALPHA:VALUE", "halfspace", "Exit status: 0"):  # fmt: skip
+        assert form in text, form
+    assert "..." not in proc.stdout  # nothing cut
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--samples", "0"], "samples=0 is invalid with --p-samples"),
+        (["--test-samples", "0"], "test_samples=0 is invalid with --p-samples"),
+        (["--mechanism", "gaussian"], "mechanism='gaussian' is invalid with --p-samples"),
+    ],
+)
+def test_an_option_that_does_not_apply_to_sample_files_is_an_error(tmp_path, extra, needle):
+    import numpy as np
+
+    for name, shift in (("P", 0.0), ("Q", 1.0)):
+        np.save(tmp_path / f"{name}.npy", np.random.default_rng(0).laplace(shift, 1.0, 300))
+    files = ["--p-samples", str(tmp_path / "P.npy"), "--q-samples", str(tmp_path / "Q.npy")]
+    proc = subprocess.run([*CLI, "estimate", *files, *extra], capture_output=True, text=True)
+    assert proc.returncode == 2 and needle in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_space_without_its_range_is_an_error_and_a_csv_may_have_a_header(tmp_path):
+    (tmp_path / "m.py").write_text("def f(rng, d, n):\n    return rng.laplace(0, 1, n)\n")
+    proc = subprocess.run(
+        [*CLI, "audit", "m.py:f", "--claim", "pure:1", "--space", '{"shape": [10]}'],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "must give low, high" in proc.stderr
+    from cbdp_jax.audit import load_samples
+
+    (tmp_path / "h.csv").write_text("x,y\n0.5,1\n1.5,2\n")
+    assert load_samples("p_samples", tmp_path / "h.csv").tolist() == [[0.5, 1.0], [1.5, 2.0]]
+    (tmp_path / "bad.csv").write_text("0.5,1\nx,2\n")  # a name below the first row is not a header
+    with pytest.raises(ValueError, match="row 2 field 'x' is not a number"):
+        load_samples("p_samples", tmp_path / "bad.csv")
+
+
+def test_calibrate_reports_a_bad_target_before_a_missing_order():
+    proc = subprocess.run(
+        [*CLI, "calibrate", "--mechanism", "laplace", "--divergence", "renyi", "--target", "-1"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "target=-1.0 is invalid" in proc.stderr

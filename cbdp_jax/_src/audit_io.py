@@ -188,6 +188,9 @@ def parse_dataset(name: str, text: str) -> np.ndarray:
 def load_samples(name: str, path: str | Path) -> np.ndarray:
     """Samples ``[n, d]`` float64 from ``.npy``, ``.npz`` (its only array, or ``samples``) or ``.csv``.
 
+    A CSV may start with one header row (its first row is then skipped when no field of it is a
+    number); every other row must be numbers.
+
     Raises:
       InvalidParameterError: Naming the option and the file: missing, unreadable, not numeric, not 1- or
         2-D, empty, or containing NaN / inf.
@@ -210,9 +213,7 @@ def load_samples(name: str, path: str | Path) -> np.ndarray:
                     )
                 arr = z["samples" if "samples" in keys else keys[0]]
         elif suffix == ".csv":
-            with path.open(newline="") as fh:
-                rows = [r for r in csv.reader(fh) if r]
-            arr = np.array([[float(v) for v in r] for r in rows])
+            arr = _csv_rows(path)
         else:
             raise InvalidParameterError(
                 f"{name}={str(path)!r} is invalid: must be a .npy, .npz or .csv file"
@@ -240,6 +241,27 @@ def load_samples(name: str, path: str | Path) -> np.ndarray:
             f"{name}={str(path)!r} is invalid: {bad} rows contain NaN or inf"
         )
     return arr
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _csv_rows(path: Path) -> np.ndarray:
+    """The numeric rows of a CSV, after an optional header row of names."""
+    with path.open(newline="") as fh:
+        rows = [r for r in csv.reader(fh) if r]
+    if rows and not any(_is_number(v.strip()) for v in rows[0]):
+        rows = rows[1:]  # a header: names, no numbers
+    for i, row in enumerate(rows):
+        bad = next((v for v in row if not _is_number(v.strip())), None)
+        if bad is not None:
+            raise ValueError(f"row {i + 1} field {bad!r} is not a number (one header row is allowed)")
+    return np.array([[float(v) for v in r] for r in rows])
 
 
 def finite_or(value: float, default: float = math.nan) -> float:

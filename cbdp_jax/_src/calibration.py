@@ -349,6 +349,9 @@ def calibrate(
       Paper Definition 3 and Theorem 4; docs/theory/calibration.md.
 
     """
+    # The target first: it is the question asked, so its error comes before the options' (a negative
+    # target is reported as such even when the divergence's order is missing too).
+    target = check_positive("target", check_finite_scalar("target", target))
     cal = Calibration(
         family=family,
         adversary=adversary,
@@ -360,7 +363,6 @@ def calibrate(
         steps=steps,
         direction=direction,
     )
-    target = check_positive("target", check_finite_scalar("target", target))
     free = cal.unrestricted()
     s_free, v_free, _, n_free, ok_free = _root(free, target, _initial_noise(cal, target))
     if cal.adversary == "unrestricted":

@@ -22,6 +22,7 @@ COMMAND = [
 
 
 def main() -> int:
+    """Runs the example into docs/figures/audit_example; 0 when it certifies the violation it shows."""
     proc = subprocess.run(
         [sys.executable, "-m", "cbdp_jax.cli", *COMMAND, "--out", str(OUT)], cwd=ROOT, check=False
     )

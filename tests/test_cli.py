@@ -121,12 +121,20 @@ def test_readability_check_catches_the_old_horizontal_table():
         assert_readable(console.export_text(), [record["value"]])
 
 
-def test_too_wide_value_names_format_json():
+def test_a_value_too_wide_for_its_column_is_wrapped_never_cut():
     from cbdp_jax._src.tables import render_record
 
-    text = render_record("t", [("value", 0.25), ("theta", [0.123456789012345] * 12)], 80)
-    assert "0.25" in text and "use --format json" in text
+    reason = (
+        "degree 30 is above the largest degree this family's moments certify; the walk stopped at "
+        "degree 22, where the orthonormal basis lost 1e-10 of its orthogonality (docs/theory)"
+    )
+    numbers = [0.123456789012345 + i for i in range(12)]
+    text = render_record("t", [("value", 0.25), ("theta", numbers), ("reason", reason)], 80)
     assert max(len(line) for line in text.splitlines()) <= 80
+    assert "0.25" in text and all(repr(x) in text for x in numbers)  # every number in full
+    words = " ".join(line.strip("│ ") for line in text.splitlines())
+    assert all(w in words for w in reason.split())  # every word of the prose, in order, none cut
+    assert "use --format json" not in text
     wide = render_record("t", [("value", 0.25), ("alpha", 2.0)], 200)
     # horizontal when it fits: the field names form the header row, the values one row
     assert "┃ value ┃ alpha ┃" in wide and "│ 0.25  │ 2.0   │" in wide
@@ -376,3 +384,37 @@ def test_calibrate_reports_a_bad_target_before_a_missing_order():
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2 and "target=-1.0 is invalid" in proc.stderr
+
+
+def test_the_demo_table_fits_80_columns_without_cutting_a_label():
+    # `cbdp demo` piped with COLUMNS=80 (small sizes: the table's shape, not its numbers): every line
+    # fits, no cell is cut with an ellipsis, and the longest labels appear whole (a cell too wide for
+    # its column continues on the next line, so a label may be split across lines: compare words).
+    code = "from cbdp_jax._src.demo import run_demo; run_demo(samples=2000, steps=20)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=NARROW
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in proc.stdout
+    body = [line.split("│")[1:-1] for line in lines if line.startswith("│")]
+    columns = ["".join(row[j].strip() for row in body) for j in range(len(body[0]))]
+    for j, label in ((0, "Laplace eps=1"), (0, "Gauss sigma=1"), (1, "Renyi(alpha=4)"),
+                     (2, "mlp(32x2)")):  # fmt: skip
+        assert label.replace(" ", "") in columns[j], (label, columns[j][:80])
+
+
+def test_the_80_column_check_catches_a_table_that_cuts_its_cells():
+    # Negative control: the same kind of table without folding, at 80 columns, cuts labels.
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="demo")
+    for col in ("mechanism", "divergence", "adversary", "estimate", "95% lower bound", "exact (H)",
+                "unrestricted"):  # fmt: skip
+        table.add_column(col)
+    table.add_row("Laplace eps=1", "Renyi(alpha=4)", "mlp(32x2)", "0.8123 ± 0.0061",
+                  "0.8001 (refused) *", "0.410577", "0.813689")  # fmt: skip
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(table)
+    assert "…" in console.export_text()

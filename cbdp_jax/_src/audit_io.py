@@ -260,7 +260,9 @@ def _csv_rows(path: Path) -> np.ndarray:
     for i, row in enumerate(rows):
         bad = next((v for v in row if not _is_number(v.strip())), None)
         if bad is not None:
-            raise ValueError(f"row {i + 1} field {bad!r} is not a number (one header row is allowed)")
+            raise ValueError(
+                f"row {i + 1} field {bad!r} is not a number (one header row is allowed)"
+            )
     return np.array([[float(v) for v in r] for r in rows])
 
 

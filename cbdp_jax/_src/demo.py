@@ -92,6 +92,8 @@ def run_demo(
                         "lower_bound": res.lower_bound,
                         "std_error": res.std_error,
                         "bound_reliable": res.bound_reliable,
+                        "bound_on_named_class": res.bound_on_named_class,
+                        "certified_class": res.certified_class,
                         **ref,
                         "warnings": list(res.warnings),
                     }
@@ -111,7 +113,12 @@ def run_demo(
         "exact (H)",
         "unrestricted",
     ):
-        table.add_column(col, justify="right" if col not in ("mechanism", "adversary") else "left")
+        # fold: a cell too wide for its column continues on the next line, never cut with an ellipsis
+        table.add_column(
+            col,
+            justify="right" if col not in ("mechanism", "adversary") else "left",
+            overflow="fold",
+        )
 
     def f(x):
         return "-" if x is None else ("+inf" if math.isinf(x) else f"{x:.4f}")
@@ -122,19 +129,22 @@ def run_demo(
             r["divergence"],
             r["adversary"],
             f"{f(r['estimate'])} ± {r['std_error']:.4f}",
-            f(r["lower_bound"]) + ("" if r["bound_reliable"] else " (unreliable)"),
+            f(r["lower_bound"])
+            + ("" if r["bound_reliable"] else " (refused)")
+            + ("" if r["bound_on_named_class"] else " *"),
             f(r["exact_restricted"]),
             f(r["unrestricted"]),
         )
-    console = Console(width=None if Console().is_terminal else 120)
+    console = Console()  # the terminal's width, or $COLUMNS (80 if unset) when piped
     console.print(table)
     console.print(
         "exact (H): the true restricted value for classes linear in their parameters (quadrature + "
         "concave solver); unrestricted: the analytic KL / Renyi-DP. Estimates are held-out, so they sit "
         "at or below the exact value up to noise; the one-sided 95% bound lies below the true value in "
-        "95% of runs, so about one row in twenty may sit above it by chance. '(unreliable)': one held-out "
-        "sample carries half the variance of f*(h) (e.g. Laplace KL with a cubic term, whose exact "
-        "optimum has none because E_Q[exp h] would be infinite), so the bound falls back to 0. "
+        "95% of runs, so about one row in twenty may sit above it by chance. '(refused)': the "
+        "asymptotic bound's assumption failed on the held-out data (a tail too heavy to trust the "
+        "CLT), so the bound is the trivial 0. '*': a finite-sample bound on the bounded class B tanh(H/B) (guarantee 'auto' fell back to "
+        "it), a bound on the unrestricted column, not on exact (H). "
         f"{time.perf_counter() - t0:.0f} s on {environment_info()['device']}."
     )
     if out is not None:

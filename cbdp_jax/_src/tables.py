@@ -3,20 +3,20 @@
 A result is one record of named fields. It is drawn as one row under a header when that fits the
 terminal's width, otherwise as a vertical key/value table (one field per line), which fits 80 columns.
 Numbers are never cut: a float is written as Python's shortest round-trip form, the same digits as the
-``--format json`` output, and a value too long for the terminal is replaced by a note saying how long it
-is and to use ``--format json``.
+``--format json`` output, and a value too long for its column is wrapped onto several lines at its
+spaces (a list of numbers between numbers, prose between words), never cut.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 # Box characters per column (rich's default box: "| " before, " " after) and the closing border.
 _COLUMN_OVERHEAD = 3
 _TABLE_OVERHEAD = 1
-TOO_LONG = "({n} chars, too wide here: use --format json)"
 
 
 def cell(value: Any) -> str:
@@ -68,9 +68,20 @@ def render_record(title: str, fields: Sequence[tuple[str, Any]], width: int) -> 
         table.add_column("field", no_wrap=True, min_width=key_width)
         table.add_column("value", no_wrap=True)
         for name, text in texts:
-            table.add_row(name, text if len(text) <= room else TOO_LONG.format(n=len(text)))
+            table.add_row(name, _wrapped(text, room))
     console.print(table)
     return console.export_text()
+
+
+def _wrapped(text: str, room: int) -> str:
+    """``text`` on lines of at most ``room`` characters, broken at spaces.
+
+    A word longer than a line (a path) is broken inside; a number never is: its longest form, 24
+    characters, fits.
+    """
+    if len(text) <= room:
+        return text
+    return "\n".join(textwrap.wrap(text, max(room, 24), break_on_hyphens=False))
 
 
 class _Null:

@@ -477,18 +477,26 @@ def shrink_for_tails_traced(
     k = tails.default_k(h_val_p.shape[-1])
     z = bounds.z_quantile(ho.TAIL_CONFIDENCE)
     grid = jnp.asarray(_SHRINK_GRID, h_val_p.dtype)
+    # KL's terms are explicit in t, and Hill's index is scale invariant:
+    # - |t_p - median(t_p)| = |s| |h_p - median(h_p)|, so the index of h(X) does not depend on t;
+    # - f*(h(Y)) - inf f* = exp(s h_q + c - 1), whose log-spacings are s times those of h_q, so the
+    #   index of f*(h(Y)) is its value at t = 1 divided by t (no exponential is formed for it).
+    # The largest t whose indices clear `need` is therefore known before the walk; the loop starts at
+    # the first grid value at or below it and checks only what still depends on t (finite terms and the
+    # heavy-tail share: O(n) each, no sort), usually once. The same rule on the same grid as a walk from
+    # t = 1, up to rounding at the boundary.
+    low_p = tails.hill_lower_traced(h_val_p, jnp.median(h_val_p), k, z)
+    low_q1 = _exp_hill_lower(scale * h_val_q, k, z)
+    t_star = jnp.where(low_p >= need, low_q1 / need, 0.0)
+    start_i = jnp.sum(grid > t_star).astype(jnp.int32)
+    big = jnp.log(jnp.finfo(h_val_q.dtype).max)
 
     def candidate(t):
         s = t * scale
         c = kl_optimal_shift(s * h_fit_q).astype(s.dtype) if kind == "dv" else t * shift
-        t_p = s * h_val_p + c
-        t_q = div.conjugate(s * h_val_q + c, alpha)
-        finite = jnp.all(jnp.isfinite(t_p)) & jnp.all(jnp.isfinite(t_q))
-        low = jnp.minimum(
-            tails.hill_lower_traced(t_p, jnp.median(t_p), k, z),
-            tails.hill_lower_traced(t_q, div.conjugate_inf(alpha), k, z),
-        )
-        ok = finite & (low >= need) & (_heavy_share_traced(t_q) <= UNRELIABLE_SHARE)
+        u = s * h_val_q
+        finite = jnp.all(jnp.isfinite(s * h_val_p + c)) & (jnp.max(u) + c - 1.0 < big)
+        ok = finite & (_heavy_share_traced(jnp.exp(u - jnp.max(u))) <= UNRELIABLE_SHARE)
         return ok, s, c
 
     def walk(state):
@@ -501,7 +509,7 @@ def shrink_for_tails_traced(
         return (i < grid.shape[0]) & ~found
 
     like = jnp.zeros((), grid.dtype)
-    start = (0, jnp.zeros((), bool), like + scale, like + shift, like + 1.0)
+    start = (start_i, jnp.zeros((), bool), like + scale, like + shift, like + 1.0)
     _, found, s, c, t = jax.lax.while_loop(more, walk, start)
     one = jnp.ones((), grid.dtype)
     return (
@@ -509,6 +517,18 @@ def shrink_for_tails_traced(
         jnp.where(found, c, shift).astype(grid.dtype),
         jnp.where(found, t, one),
     )
+
+
+def _exp_hill_lower(u: jax.Array, k: int, z: float) -> jax.Array:
+    """:func:`~cbdp_jax._src.statistics.tails.hill_lower_traced` of exp(u) about 0, from u itself.
+
+    The log-spacings of exp(u) are the spacings of u: Hill's gamma is the mean of the k largest u minus
+    the (k + 1)-th, and no exponential (which could overflow) is formed.
+    """
+    top = jax.lax.top_k(u, k + 1)[0]
+    gamma = jnp.mean(top[:k] - top[k])
+    index = jnp.where(gamma > 0, 1.0 / jnp.where(gamma > 0, gamma, 1.0), jnp.inf)
+    return index * (1.0 - z / math.sqrt(k))
 
 
 def held_out_of_terms(t_p: np.ndarray, t_q: np.ndarray, centre_q: float) -> ho.HeldOut:

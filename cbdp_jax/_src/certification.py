@@ -449,11 +449,12 @@ def shrink_for_tails_traced(
     ``h_fit_q`` for KL's Donsker-Varadhan objective, else ``t * shift``) has finite validation terms,
     both validation tail indices' one-sided lower limits at least ``need`` and no validation term
     carrying more than ``UNRELIABLE_SHARE`` of the variance of f*(h); ``(scale, shift, 1)`` when none
-    passes. The grid is walked in a ``while_loop`` that stops at the first member that passes (one
-    pass over the validation sample for a light-tailed critic; under ``vmap`` the batch walks until
-    its last member has stopped). For continuous samples it picks what the host version picks
-    (``tests/test_certification.py``), and like it returns the critic as it is where a shrink cannot
-    change the tail indices (:func:`shrink_changes_tails`; a static choice, no loop is compiled).
+    passes. The tail indices are explicit in t (see the body), so the largest t whose indices clear is
+    found without walking; a ``while_loop`` starts there and checks only finiteness and the heavy-tail
+    share (usually one step; under ``vmap`` the batch steps until its last member has stopped). For
+    continuous samples it picks what the host version picks (``tests/test_certification.py``), and
+    like it returns the critic as it is where a shrink cannot change the tail indices
+    (:func:`shrink_changes_tails`; a static choice, no loop is compiled).
 
     Args:
       div: The divergence (its conjugate takes the traced order ``alpha``).

@@ -42,7 +42,7 @@ from cbdp_jax._src.validation import (
     check_key,
 )
 
-CLAIM_KINDS = ("pure", "approx", "renyi", "capacity")
+CLAIM_KINDS = ("pure", "approx", "renyi", "capacity", "dpsgd")
 RELATIONS = ("replace-one", "zero-out", "linf")
 
 
@@ -58,6 +58,9 @@ class Claim(NamedTuple):
       divergence: The divergence of a capacity claim (``kl`` or ``renyi``).
       value: The claimed value of a capacity claim.
       text: The claim as written.
+      source: For a ``dpsgd:`` claim, the run's parameters and the accountant
+        (:class:`~cbdp_jax._src.accounting.DpsgdClaim`); the claim itself is the approximate one
+        they imply.
 
     """
 
@@ -69,6 +72,7 @@ class Claim(NamedTuple):
     divergence: str | None = None
     value: float = math.nan
     text: str = ""
+    source: Any = None
 
     def claimed_delta(self, eps: float) -> float:
         """delta(eps) implied by an (epsilon, delta) claim: delta + max(0, e^epsilon - e^eps)."""
@@ -86,17 +90,29 @@ def _num(text: str, name: str, claim: str) -> float:
 
 
 def parse_claim(text: str) -> Claim:
-    """``pure:EPS``, ``approx:EPS:DELTA``, ``renyi:ALPHA:EPS`` or ``capacity:CLASS:DIV[:ALPHA]:VALUE``.
+    """``pure:EPS``, ``approx:EPS:DELTA``, ``renyi:ALPHA:EPS``, ``capacity:CLASS:DIV[:ALPHA]:VALUE``
+    or ``dpsgd:noise=S,rate=Q,steps=T,delta=D[,sampling=...]``.
+
+    A ``dpsgd:`` claim is the approximate claim (epsilon, delta) the run's accountant gives
+    (:mod:`cbdp_jax._src.accounting`, dp_accounting's PLD accountant, as jax_privacy reports it).
 
     Raises:
       InvalidParameterError: Naming ``claim``, the forms allowed and the part that is out of range.
 
     """
-    forms = "pure:EPS, approx:EPS:DELTA, renyi:ALPHA:EPS or capacity:CLASS:kl:VALUE"
+    forms = (
+        "pure:EPS, approx:EPS:DELTA, renyi:ALPHA:EPS, capacity:CLASS:kl:VALUE or "
+        "dpsgd:noise=S,rate=Q,steps=T,delta=D"
+    )
     parts = str(text).split(":")
     kind = parts[0]
     if kind not in CLAIM_KINDS:
         raise InvalidParameterError(f"claim={text!r} is invalid: must be {forms}")
+    if kind == "dpsgd":
+        from cbdp_jax._src.accounting import parse_dpsgd
+
+        run = parse_dpsgd(str(text))
+        return Claim("approx", run.epsilon, run.delta, text=str(text), source=run)
     sizes = {"pure": (2,), "approx": (3,), "renyi": (3,), "capacity": (4, 5)}
     if len(parts) not in sizes[kind]:
         raise InvalidParameterError(f"claim={text!r} is invalid: must be {forms}")
@@ -386,6 +402,8 @@ class AuditResult:
       seconds: Wall time.
       grid_name: ``'epsilon'`` (hockey-stick rows) or ``'alpha'`` (estimator rows).
       empirical: The empirical epsilon and GDP mu of a pure / approximate claim, else None.
+      claimed: The claim as checked: its kind, epsilon and delta, and for a ``dpsgd:`` claim the run's
+        parameters and the accountant that turned them into (epsilon, delta).
 
     """
 
@@ -404,6 +422,7 @@ class AuditResult:
     seconds: float
     grid_name: str = "epsilon"
     empirical: EmpiricalEpsilon | None = None
+    claimed: dict | None = None
 
     def strongest(self) -> Row:
         """The row whose certified bound exceeds its claim by the most (or falls short least)."""
@@ -433,6 +452,7 @@ class AuditResult:
             "violation_size": self.violation_size,
             "seconds": self.seconds,
             "empirical": None if self.empirical is None else self.empirical.to_dict(),
+            "claimed": self.claimed,
         }
 
 
@@ -722,6 +742,13 @@ def audit(
         grid_name = "alpha"
     n_test = config.samples - int(config.samples * config.train_fraction)
     violation, text, needed = _verdict(rows, claim, family, config, n_test)
+    claimed = {"kind": claim.kind, "epsilon": claim.epsilon, "delta": claim.delta}
+    if claim.source is not None:
+        claimed["source"] = claim.source._asdict()
+        text = (
+            f"claim {claim.text} = ({claim.epsilon:.4g}, {claim.delta:g})-DP by the accountant "
+            f"({claim.source.accountant}). {text}"
+        )
     empirical = None
     if grid_name == "epsilon":
         empirical = empirical_epsilon(rows, claim.delta, config.confidence)
@@ -733,4 +760,5 @@ def audit(
         mech.name, claim.text, violation, text, (d.tolist(), d2.tolist()), tuple(rows), family,
         config.confidence, tuple(screened), config.samples, finite_or(needed),
         config.violation_size, time.perf_counter() - start, grid_name, empirical,
+        {k: finite_or(v) if isinstance(v, float) else v for k, v in claimed.items()},
     )  # fmt: skip

@@ -90,10 +90,10 @@ def _num(text: str, name: str, claim: str) -> float:
 
 
 def parse_claim(text: str) -> Claim:
-    """``pure:EPS``, ``approx:EPS:DELTA``, ``renyi:ALPHA:EPS``, ``capacity:CLASS:DIV[:ALPHA]:VALUE``
-    or ``dpsgd:noise=S,rate=Q,steps=T,delta=D[,sampling=...]``.
+    """A claim from its text: one of the forms below.
 
-    A ``dpsgd:`` claim is the approximate claim (epsilon, delta) the run's accountant gives
+    ``pure:EPS``, ``approx:EPS:DELTA``, ``renyi:ALPHA:EPS``, ``capacity:CLASS:DIV[:ALPHA]:VALUE`` or
+    ``dpsgd:noise=S,rate=Q,steps=T,delta=D[,sampling=...]``. A ``dpsgd:`` claim is the approximate claim (epsilon, delta) the run's accountant gives
     (:mod:`cbdp_jax._src.accounting`, dp_accounting's PLD accountant, as jax_privacy reports it).
 
     Raises:

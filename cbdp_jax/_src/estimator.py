@@ -619,54 +619,60 @@ def _f_from_reported(div, value: float) -> float:
     return float(div.from_reported(value))
 
 
+class _Evaluated(NamedTuple):
+    """The held-out and in-sample statistics of one trained critic, with its live sequence (if any)."""
+
+    held: HeldOut
+    insample: HeldOut
+    sequence: _Sequence | None
+
+
 def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -> dict[str, Any]:
-    config = prob.config
-    div = prob.divergence
+    """Trains, plans the certificate on validation data, evaluates once on test data, certifies."""
     trained = _train(key, prob, z_quantile(confidence))
     plan = _plan_certificate(prob, trained, confidence)
+    ev = _evaluate(prob, trained, plan, confidence)
+    bound, check, family, cap = _certify(prob, plan, ev, confidence)
+    return _fields(prob, trained, plan, ev, bound, check, family, cap, direction)
+
+
+def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Evaluated:
+    """One pass over the test samples (and one over the training samples, a diagnostic).
+
+    The estimate is reported for the fitted member of the class itself (``trained.plain``), the bound
+    for the certified critic (a shrunk or bounded version of it); each pass evaluates both.
+    """
+    config, div = prob.config, prob.divergence
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    # The estimate is reported for the fitted member of the class itself, the bound for the
-    # certified critic (a shrunk or bounded version of it); one pass evaluates both.
-    named = trained.plain
     val_crit_p = critic_outputs(trained.graphdef, critic, prob.val[0])
     val_crit_q = critic_outputs(trained.graphdef, critic, prob.val[1])
     centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
-
-    def evaluate(p_chunks, q_chunks, keep=False) -> HeldOut:
-        return evaluate_fixed(
-            trained.graphdef,
-            critic,
-            p_chunks,
-            q_chunks,
-            divergence=div,
-            centres=centres,
-            keep_samples=keep,
-            named=named,
-        )
-
     sequence = None
     if plan.method == "betting-sequence":
         z_val = np.asarray(val_crit_p, np.float64) - np.asarray(
             div.conjugate(val_crit_q), np.float64
         )
         sequence = _Sequence(div, plan, z_val, config.target, confidence)
+    common = dict(divergence=div, centres=centres, named=trained.plain)
     held = evaluate_fixed(
-        trained.graphdef,
-        critic,
-        *prob.test_chunks(),
-        divergence=div,
-        centres=centres,
-        keep_samples=plan.method == "betting",
-        on_chunk=sequence,
-        named=named,
-    )
+        trained.graphdef, critic, *prob.test_chunks(), keep_samples=plan.method == "betting",
+        on_chunk=sequence, **common,
+    )  # fmt: skip
     fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
-    insample = evaluate(
-        array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk)
-    )
+    chunks = (array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk))
+    insample = evaluate_fixed(trained.graphdef, critic, *chunks, **common)
+    return _Evaluated(held, insample, sequence)
+
+
+def _certify(prob: _Problem, plan, ev: _Evaluated, confidence: float):
+    """``(bound, tail check, Bonferroni bound for both directions or None, ceiling)`` on test data."""
+    config, div, held = prob.config, prob.divergence, ev.held
     n_test = int(min(float(held.p.count), float(held.q.count)))
     cap = certification.cap_for(div, n_test, confidence)
-    certify_kw = {
+    if ev.sequence is not None:
+        bound = Bound(ev.sequence.lower, "finite-sample", "betting-sequence", confidence)
+        return bound, tail_check(held, config.tail_margin), None, cap
+    kw = {
         "guarantee": plan.guarantee,
         "confidence": confidence,
         "method": plan.method,
@@ -674,13 +680,14 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
         "cap": cap,
         "tail_margin": config.tail_margin,
     }
-    if sequence is not None:
-        check = tail_check(held, config.tail_margin)
-        bound = Bound(sequence.lower, "finite-sample", "betting-sequence", confidence)
-        family = None
-    else:
-        bound, check = certify(held, **certify_kw)
-        family = certify(held, family_size=2, **certify_kw)[0] if config.both_directions else None
+    bound, check = certify(held, **kw)
+    family = certify(held, family_size=2, **kw)[0] if config.both_directions else None
+    return bound, check, family, cap
+
+
+def _fields(prob, trained, plan, ev, bound, check, family, cap, direction) -> dict[str, Any]:
+    """The result's fields for one direction: values, what the bound is on, diagnostics, curves."""
+    config, div, held = prob.config, prob.divergence, ev.held
     warnings = list(trained.warnings)
     if (
         div.conjugate_sup < math.inf
@@ -692,26 +699,23 @@ def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -
             "(docs/theory/divergences.md); use a bounded class (bound=B) or guarantee='finite-sample'"
         )
     target = certification.target(
-        div,
-        guarantee=plan.guarantee,
-        certified_class=plan.certified_class,
-        named_class=prob.named_class,
-        inside=plan.inside_trained_class,
-        margin=config.tail_margin,
-    )
+        div, guarantee=plan.guarantee, certified_class=plan.certified_class,
+        named_class=prob.named_class, inside=plan.inside_trained_class, margin=config.tail_margin,
+    )  # fmt: skip
     fields = certification.bound_fields(div, held, bound, prob.spec, cap, warnings)
-    warnings.extend(certification.diagnostics(div, held, fields, trained.val_curve, insample))
+    warnings.extend(certification.diagnostics(div, held, fields, trained.val_curve, ev.insample))
     blocks = len(trained.val_curve)
-    curves = {
-        "block_step": [(i + 1) * min(config.eval_every, config.steps) for i in range(blocks)],
-        "val_objective": _finite_or_neg_inf(trained.val_curve),
-        "train_objective": _finite_or_neg_inf(trained.train_curve),
-    }
     fields.update(
         {
-            "train_value": float(to_reported(div, insample.estimate_terms.estimate)),
+            "train_value": float(to_reported(div, ev.insample.estimate_terms.estimate)),
             "objective": prob.trainer.objective,
-            "curves": curves,
+            "curves": {
+                "block_step": [
+                    (i + 1) * min(config.eval_every, config.steps) for i in range(blocks)
+                ],
+                "val_objective": _finite_or_neg_inf(trained.val_curve),
+                "train_objective": _finite_or_neg_inf(trained.train_curve),
+            },
             "warnings": tuple(warnings),
             "restarts": trained.restarts,
             "direction": direction,
@@ -910,32 +914,14 @@ def estimate_from_samples(
     p = check_samples("p_samples", p_samples)
     q = check_samples("q_samples", q_samples)
     check_same_dim(p, q)
-    fracs = config.split
-    for name, arr in (("p_samples", p), ("q_samples", q)):
-        need = math.ceil(2 / min(fracs))
-        if arr.shape[0] < need:
-            raise InvalidParameterError(
-                f"{name} has {arr.shape[0]} samples: the split {fracs} needs at least {need} per side "
-                "(two in each of train, validation and test)"
-            )
-    dtype = jnp.dtype(config.dtype)
     k_perm, k_fit = jax.random.split(key)
     kp, kq = jax.random.split(k_perm)
-
-    def parts(arr, k):
-        n = arr.shape[0]
-        idx = np.asarray(jax.random.permutation(k, n))
-        n_tr, n_va = int(fracs[0] * n), int(fracs[1] * n)
-        x = jnp.asarray(arr[idx], dtype)
-        return x[:n_tr], x[n_tr : n_tr + n_va], x[n_tr + n_va :]
-
-    p_tr, p_va, p_te = parts(p, kp)
-    q_tr, q_va, q_te = parts(q, kq)
+    p_parts = _split("p_samples", p, kp, config)
+    q_parts = _split("q_samples", q, kq, config)
     trainer = _trainer(spec, div, p.shape[1], config)
 
     def make_problem(swap: bool) -> _Problem:
-        a = (p_tr, p_va, p_te) if not swap else (q_tr, q_va, q_te)
-        b = (q_tr, q_va, q_te) if not swap else (p_tr, p_va, p_te)
+        a, b = (p_parts, q_parts) if not swap else (q_parts, p_parts)
         return _Problem(
             spec=spec,
             divergence=div,
@@ -954,34 +940,71 @@ def estimate_from_samples(
         )
 
     pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=None)
-    samples = {
-        "train_p": int(p_tr.shape[0]),
-        "train_q": int(q_tr.shape[0]),
-        "val_p": int(p_va.shape[0]),
-        "val_q": int(q_va.shape[0]),
-        "test_p": int(p_te.shape[0]),
-        "test_q": int(q_te.shape[0]),
-    }
+    samples = _counts(*((len(a), len(b)) for a, b in zip(p_parts, q_parts, strict=True)))
     call = {
-        "entry": "samples",
-        "key_data": _key_data(key),
-        "adversary_spec": spec.to_dict(),
-        "divergence": divergence,
-        "alpha": alpha,
-        "convention": convention,
-    }
+        "entry": "samples", "key_data": _key_data(key), "adversary_spec": spec.to_dict(),
+        "divergence": divergence, "alpha": alpha, "convention": convention,
+    }  # fmt: skip
     result = _assemble(
-        pq,
-        qp,
-        div=div,
-        spec=spec,
-        config=config,
-        samples=samples,
-        seconds=time.perf_counter() - t0,
-        call=call,
-        named_class=named.label,
-    )
+        pq, qp, div=div, spec=spec, config=config, samples=samples,
+        seconds=time.perf_counter() - t0, call=call, named_class=named.label,
+    )  # fmt: skip
     return _with_note(result, domain_note)
+
+
+def _split(name: str, arr: np.ndarray, key: jax.Array, config: EstimatorConfig):
+    """``arr`` shuffled by ``key`` and cut into (train, validation, test) by ``config.split``."""
+    fracs = config.split
+    need = math.ceil(2 / min(fracs))
+    n = arr.shape[0]
+    if n < need:
+        raise InvalidParameterError(
+            f"{name} has {n} samples: the split {fracs} needs at least {need} per side (two in each "
+            "of train, validation and test)"
+        )
+    idx = np.asarray(jax.random.permutation(key, n))
+    n_tr, n_va = int(fracs[0] * n), int(fracs[1] * n)
+    x = jnp.asarray(arr[idx], jnp.dtype(config.dtype))
+    return x[:n_tr], x[n_tr : n_tr + n_va], x[n_tr + n_va :]
+
+
+def _mechanism_problem(
+    pair, swap: bool, *, spec, div, trainer, config, train, val, k_test, test_samples: int,
+    fresh_samples: bool, named_class: str,
+) -> _Problem:  # fmt: skip
+    """One direction of a mechanism estimate: drawn training / validation samples, streamed tests."""
+    mech, dtype = pair.mechanism, jnp.dtype(config.dtype)
+    d_a, d_b = (pair.dataset, pair.neighbour) if not swap else (pair.neighbour, pair.dataset)
+    tr = train if not swap else (train[1], train[0])
+    va = val if not swap else (val[1], val[0])
+    kp, kq = keys.split(keys.fold_in(k_test, int(swap)))
+    chunk = config.eval_chunk
+    return _Problem(
+        spec=spec,
+        divergence=div,
+        trainer=trainer,
+        config=config,
+        dim=pair.dim,
+        train=None if fresh_samples else tr,
+        val=va,
+        test_chunks=lambda: (
+            _sample_chunks(mech, d_a, kp, test_samples, chunk, dtype),
+            _sample_chunks(mech, d_b, kq, test_samples, chunk, dtype),
+        ),
+        n_test=(test_samples, test_samples),
+        sampler=None if not fresh_samples else _pair_sampler(pair, swap),
+        stats_sample=tr,
+        named_class=named_class,
+    )
+
+
+def _counts(train: tuple, val: tuple, test: tuple) -> dict[str, int]:
+    """The per-side sample counts of a result, from (P, Q) pairs."""
+    return {
+        f"{part}_{side}": int(n)
+        for part, pair in (("train", train), ("val", val), ("test", test))
+        for side, n in zip("pq", pair, strict=True)
+    }
 
 
 def _with_note(result: EstimateResult, note: str | None) -> EstimateResult:
@@ -1135,61 +1158,23 @@ def estimate(
     known_infinite = _known_infinite(pair, spec, div)
 
     def make_problem(swap: bool) -> _Problem:
-        d_a, d_b = (pair.dataset, pair.neighbour) if not swap else (pair.neighbour, pair.dataset)
-        tr = train if not swap else (train[1], train[0])
-        va = val if not swap else (val[1], val[0])
-        kp, kq = keys.split(keys.fold_in(k_test, int(swap)))
-        chunk = config.eval_chunk
-        return _Problem(
-            spec=spec,
-            divergence=div,
-            trainer=trainer,
-            config=config,
-            dim=pair.dim,
-            train=None if fresh_samples else tr,
-            val=va,
-            test_chunks=lambda: (
-                _sample_chunks(mech, d_a, kp, test_samples, chunk, dtype),
-                _sample_chunks(mech, d_b, kq, test_samples, chunk, dtype),
-            ),
-            n_test=(test_samples, test_samples),
-            sampler=None if not fresh_samples else _pair_sampler(pair, swap),
-            stats_sample=tr,
+        return _mechanism_problem(
+            pair, swap, spec=spec, div=div, trainer=trainer, config=config, train=train, val=val,
+            k_test=k_test, test_samples=test_samples, fresh_samples=fresh_samples,
             named_class=named.label,
-        )
+        )  # fmt: skip
 
     pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=known_infinite)
     n_train = config.steps * (config.batch_size or 0) if fresh_samples else samples
-    counts = {
-        "train_p": n_train,
-        "train_q": n_train,
-        "val_p": val_samples,
-        "val_q": val_samples,
-        "test_p": test_samples,
-        "test_q": test_samples,
-    }
+    counts = _counts((n_train, n_train), (val_samples, val_samples), (test_samples, test_samples))
     call = {
-        "entry": "mechanism",
-        "key_data": _key_data(key),
-        "mechanism": getattr(mech, "label", type(mech).__name__),
-        "adversary_spec": spec.to_dict(),
-        "divergence": divergence,
-        "alpha": alpha,
-        "convention": convention,
-        "samples": samples,
-        "val_samples": val_samples,
-        "test_samples": test_samples,
-        "fresh_samples": fresh_samples,
-    }
+        "entry": "mechanism", "key_data": _key_data(key),
+        "mechanism": getattr(mech, "label", type(mech).__name__), "adversary_spec": spec.to_dict(),
+        "divergence": divergence, "alpha": alpha, "convention": convention, "samples": samples,
+        "val_samples": val_samples, "test_samples": test_samples, "fresh_samples": fresh_samples,
+    }  # fmt: skip
     result = _assemble(
-        pq,
-        qp,
-        div=div,
-        spec=spec,
-        config=config,
-        samples=counts,
-        seconds=time.perf_counter() - t0,
-        call=call,
-        named_class=named.label,
-    )
+        pq, qp, div=div, spec=spec, config=config, samples=counts,
+        seconds=time.perf_counter() - t0, call=call, named_class=named.label,
+    )  # fmt: skip
     return _with_note(result, domain_note)

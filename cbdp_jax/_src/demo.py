@@ -48,9 +48,7 @@ def run_demo(
 ) -> list[dict[str, Any]]:
     """Runs the demo table and prints it; optionally writes ``demo.json`` into ``out``."""
     import jax
-    from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
     from cbdp_jax._src.estimator import EstimatorConfig, estimate
     from cbdp_jax._src.io import atomic_write_json, environment_info
@@ -100,6 +98,21 @@ def run_demo(
                 )
                 i += 1
                 bar.advance(task)
+    _print_table(rows, samples, time.perf_counter() - t0)
+    if out is not None:
+        atomic_write_json(
+            Path(out) / "demo.json", {"rows": rows, "environment": environment_info()}
+        )
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]], samples: int, seconds: float) -> None:
+    """The demo's table and its legend, at the terminal's width (``$COLUMNS`` when piped)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from cbdp_jax._src.io import environment_info
+
     table = Table(
         title=f"Capacity-bounded privacy: held-out estimates ({samples} train / {samples} test "
         "samples per side) beside exact and analytic values"
@@ -145,10 +158,5 @@ def run_demo(
         "asymptotic bound's assumption failed on the held-out data (a tail too heavy to trust the "
         "CLT), so the bound is the trivial 0. '*': a finite-sample bound on the bounded class B tanh(H/B) (guarantee 'auto' fell back to "
         "it), a bound on the unrestricted column, not on exact (H). "
-        f"{time.perf_counter() - t0:.0f} s on {environment_info()['device']}."
+        f"{seconds:.0f} s on {environment_info()['device']}."
     )
-    if out is not None:
-        atomic_write_json(
-            Path(out) / "demo.json", {"rows": rows, "environment": environment_info()}
-        )
-    return rows

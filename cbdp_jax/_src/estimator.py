@@ -528,25 +528,11 @@ def _finite_sample_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, confidenc
     scale, shift = trained.scale, trained.shift
     n_test = min(prob.n_test)
     crit_p, crit_q = scale * hv_p + shift, scale * hv_q + shift
-    fixed = spec.bound
-    if fixed is not None:
+    fixed = None
+    if spec.bound is not None:
         # A bounded class: the fitted affine map keeps the critic inside a known interval.
-        lo_h, hi_h = shift - abs(scale) * fixed, shift + abs(scale) * fixed
-        bound = max(abs(lo_h), abs(hi_h))
-        _, method, _ = certification.choose_bound(
-            div,
-            crit_p,
-            crit_q,
-            n_test=n_test,
-            confidence=confidence,
-            method=_method(config),
-            fixed_bound=bound,
-        )
-        method = _sequential_or(method, config)
-        support = certification.support(div, bound)
-        return certification.Plan(
-            "finite-sample", method, math.inf, scale, shift, 1.0, support, spec.label
-        )
+        lo_h, hi_h = shift - abs(scale) * spec.bound, shift + abs(scale) * spec.bound
+        fixed = max(abs(lo_h), abs(hi_h))
     bound, method, support = certification.choose_bound(
         div,
         crit_p,
@@ -554,8 +540,13 @@ def _finite_sample_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, confidenc
         n_test=n_test,
         confidence=confidence,
         method=_method(config),
+        fixed_bound=fixed,
     )
     method = _sequential_or(method, config)
+    if fixed is not None:  # the class's own bound: the critic is used as it is
+        return certification.Plan(
+            "finite-sample", method, math.inf, scale, shift, 1.0, support, spec.label
+        )
     label = f"{bound:.4g}*tanh({spec.label}/{bound:.4g})"
     return certification.Plan(
         "finite-sample", method, bound, scale, shift, 1.0, support, label, False

@@ -842,9 +842,11 @@ def audit_cmd(
 
     Claims (--claim): pure:EPS (pure eps-DP), approx:EPS:DELTA ((eps, delta)-DP), renyi:ALPHA:EPS
     (Renyi DP of order ALPHA), capacity:CLASS:kl:VALUE or capacity:CLASS:renyi:ALPHA:VALUE (the
-    restricted divergence of CLASS = linear, poly, mlp or bounded-mlp is at most VALUE), or
-    dpsgd:noise=S,rate=Q,steps=T,delta=D[,sampling=poisson|shuffle|fixed] (the (eps, delta) a DP-SGD
-    run's accountant reports: dp_accounting's PLD accountant, Poisson-subsampled Gaussian).
+    restricted divergence of CLASS = linear, poly, mlp or bounded-mlp is at most VALUE).
+
+    DP-SGD claims: dpsgd:noise=S,rate=Q,steps=T,delta=D, optionally followed by ,sampling=poisson (or
+    shuffle, or fixed): the (eps, delta) the run's accountant reports (dp_accounting's PLD accountant,
+    Poisson-subsampled Gaussian).
 
     Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
     """

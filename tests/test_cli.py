@@ -339,7 +339,8 @@ def test_audit_help_shows_every_claim_form_and_class_at_80_columns():
     )
     text = " ".join(proc.stdout.split())  # rich wraps at 80: compare the words
     for form in ("pure:EPS", "approx:EPS:DELTA", "renyi:ALPHA:EPS", "capacity:CLASS:kl:VALUE",
-                 "capacity:CLASS:renyi:ALPHA:VALUE", "halfspace", "Exit status: 0"):  # fmt: skip
+                 "capacity:CLASS:renyi:ALPHA:VALUE", "dpsgd:noise=S,rate=Q,steps=T,delta=D",
+                 "halfspace", "Exit status: 0"):  # fmt: skip
         assert form in text, form
     assert "..." not in proc.stdout  # nothing cut
 

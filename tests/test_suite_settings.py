@@ -92,3 +92,13 @@ def test_no_property_test_pins_derandomize():
     pinned = "derandomize" + "=True"  # spelt so that this file does not match itself
     for path in (ROOT / "tests").glob("test_*.py"):
         assert pinned not in path.read_text(), path.name
+
+
+def test_the_mapping_count_that_releases_compiled_programs_is_read_on_linux():
+    # conftest releases compiled programs only past MAX_MAPPINGS; the count must be readable here
+    # (a 0 would silently disable the release, and the suite would crash at vm.max_map_count again).
+    import sys as _sys
+
+    conftest = _sys.modules.get("conftest") or __import__("conftest")
+    if Path("/proc/self/maps").exists():
+        assert 100 < conftest.memory_mappings() < conftest.MAX_MAPPINGS

@@ -100,5 +100,6 @@ def test_the_mapping_count_that_releases_compiled_programs_is_read_on_linux():
     import sys as _sys
 
     conftest = _sys.modules.get("conftest") or __import__("conftest")
+    assert conftest.MAX_MAPPINGS < 65_530  # below Linux's default vm.max_map_count
     if Path("/proc/self/maps").exists():
-        assert 100 < conftest.memory_mappings() < conftest.MAX_MAPPINGS
+        assert conftest.memory_mappings() > 100

@@ -1,4 +1,4 @@
-"""The README's layout lists every module with a current line count; the import graph has no upward or
+"""docs/layout.md lists every module with a current line count; the import graph has no upward or
 circular imports under ``cbdp_jax/_src``."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import layout  # noqa: E402
 
 
 def _listed() -> dict[str, int]:
-    rows = re.findall(r"^(\S+\.py)\s+(\d+)\s", layout.readme_block(), re.M)
+    rows = re.findall(r"^(\S+\.py)\s+(\d+)\s", layout.documented_block(), re.M)
     return {name: int(n) for name, n in rows}
 
 
-def test_readme_layout_lists_every_module_with_its_line_count():
+def test_layout_lists_every_module_with_its_line_count():
     listed = _listed()
     actual = {
         str(p.relative_to(ROOT / "cbdp_jax")): len(p.read_text().splitlines())
@@ -28,7 +28,7 @@ def test_readme_layout_lists_every_module_with_its_line_count():
     assert set(listed) == set(actual), set(listed) ^ set(actual)
     # Counts drift with every edit; within 10% (or 20 lines) they still describe the module's size.
     stale = {k: (listed[k], n) for k, n in actual.items() if abs(listed[k] - n) > max(20, 0.1 * n)}
-    assert not stale, f"run `python tools/layout.py` and paste it into README.md: {stale}"
+    assert not stale, f"run `python tools/layout.py --write`: {stale}"
 
 
 def _imports(path: Path, top_level_only: bool) -> set[str]:

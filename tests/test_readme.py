@@ -1,4 +1,4 @@
-"""Every code block of README.md runs as written.
+"""Every code block of README.md and of the user guide (docs/guide/*.md) runs as written.
 
 * ```python blocks run in a fresh interpreter (a subprocess, from an empty folder); a block followed by
   "prints ..." and a ```text block must print that text: lines with analytic or exact values digit for
@@ -29,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCUMENTS = (README, *sorted((ROOT / "docs" / "guide").glob("*.md")))
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -44,23 +45,27 @@ def blocks(text: str) -> list[tuple[str, str, str]]:
 
 
 def python_blocks() -> list[tuple[str, str | None]]:
-    """Each ```python block with the ```text block it says it prints (None if it shows none)."""
-    found = blocks(README.read_text())
+    """Each ```python block with the ```text block it says it prints (None if it shows none).
+
+    The README's blocks come first (its first block is the quick example), then the guide's.
+    """
     out = []
-    for i, (lang, code, following) in enumerate(found):
-        if lang != "python":
-            continue
-        expected = None
-        if "prints" in following and i + 1 < len(found) and found[i + 1][0] == "text":
-            expected = found[i + 1][1]
-        out.append((code, expected))
+    for document in DOCUMENTS:
+        found = blocks(document.read_text())
+        for i, (lang, code, following) in enumerate(found):
+            if lang != "python":
+                continue
+            expected = None
+            if "prints" in following and i + 1 < len(found) and found[i + 1][0] == "text":
+                expected = found[i + 1][1]
+            out.append((code, expected))
     return out
 
 
 def cbdp_lines() -> list[str]:
     """Every command line of the ```bash blocks (continuations joined, comments dropped)."""
     lines = []
-    for lang, code, _ in blocks(README.read_text()):
+    for lang, code, _ in (b for d in DOCUMENTS for b in blocks(d.read_text())):
         if lang != "bash":
             continue
         joined = code.replace("\\\n", " ")

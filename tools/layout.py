@@ -1,7 +1,8 @@
-"""Prints the README's layout block: every module of the package with its line count and one sentence.
+"""The layout block of docs/layout.md: every module of the package with its line count and one sentence.
 
     python tools/layout.py            # print the block
-    python tools/layout.py --check    # exit 1 if README.md's block differs (the test allows 10% drift)
+    python tools/layout.py --write    # rewrite the block in docs/layout.md
+    python tools/layout.py --check    # exit 1 if docs/layout.md's block differs (the test allows 10% drift)
 
 The sentence is the first sentence of the module docstring, so a module describes itself in one place.
 """
@@ -54,17 +55,29 @@ def block() -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme_block() -> str:
-    """The block between the layout markers of README.md."""
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- layout:begin -->\n```text\n(.*?)```\n<!-- layout:end -->", text, re.S)
-    return m.group(1) if m else ""
+LAYOUT = ROOT / "docs" / "layout.md"
+MARKERS = re.compile(r"(<!-- layout:begin -->\n```text\n)(.*?)(```\n<!-- layout:end -->)", re.S)
+
+
+def documented_block() -> str:
+    """The block between the layout markers of docs/layout.md."""
+    m = MARKERS.search(LAYOUT.read_text())
+    return m.group(2) if m else ""
+
+
+def write() -> None:
+    """Rewrites the block between the markers of docs/layout.md with the current one."""
+    text = LAYOUT.read_text()
+    LAYOUT.write_text(MARKERS.sub(lambda m: m.group(1) + block() + m.group(3), text, count=1))
 
 
 def main() -> int:
-    """Prints the block, or with ``--check`` exits 1 when README.md's block differs."""
+    """Prints the block; ``--write`` rewrites docs/layout.md; ``--check`` exits 1 when it differs."""
     if "--check" in sys.argv:
-        return 0 if readme_block() == block() else 1
+        return 0 if documented_block() == block() else 1
+    if "--write" in sys.argv:
+        write()
+        return 0
     sys.stdout.write(block())
     return 0
 

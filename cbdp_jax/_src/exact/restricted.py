@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,7 +33,19 @@ from cbdp_jax._src.validation import (
 )
 
 
-def _restricted_many(
+class _Checked(NamedTuple):
+    """The public inputs of a restricted solve, checked and parsed."""
+
+    pair: NoisePair
+    name: str
+    convention: str
+    alphas: list[Any]
+    adv: _Adversary
+    n_starts: int
+    tol: float
+
+
+def _checked(
     pair: Any,
     divergence: Any,
     adversary: Any,
@@ -42,7 +54,8 @@ def _restricted_many(
     convention: str,
     n_starts: Any,
     tol: Any,
-) -> list[ExactResult]:
+) -> _Checked:
+    """The inputs checked in a fixed order (the first bad one is the one reported)."""
     pair = output_laws(pair)
     name, convention = _parse_divergence(divergence, None, convention)
     if name in ("renyi", "alpha"):
@@ -66,125 +79,158 @@ def _restricted_many(
             f"must be 'linear' for a {pair.dim}-dimensional pair",
             "polynomial and feature-map classes are supported in 1-D only",
         )
-    m = _n_params(pair, adv)
+    return _Checked(pair, name, convention, alphas, adv, n_starts, tol)
 
-    structural = _structural(pair, name, adv)
-    if structural is not None:
-        f_value, reason, theta = structural
-        before = 0.0 if (adv.degree or 1) == 1 or f_value == 0.0 else f_value
-        if name == "renyi" and before:
-            before = float(renyi_from_alpha(before, alphas[0]))
-        if theta is None:
-            theta = np.zeros(m + 1) if math.isfinite(f_value) else np.zeros(0)
-        return [
-            _result(
-                pair,
-                name,
-                adv,
-                a,
-                convention,
-                f_value=f_value,
-                theta=theta,
-                converged=True,
-                reason=reason,
-                gradient_norm=0.0,
-                newton_decrement=0.0,
-                # The value is the same at every degree (and >= 0, the constants' value).
-                monotone_checked=adv.kind != "feature_map",
-                previous_value=None if adv.kind == "feature_map" else before,
-            )
-            for a in alphas
-        ]
 
-    v = np.asarray(pair.shift)
-    nz = np.nonzero(v)[0]
-    scale = pair.scale
-    d = pair.dim
-
-    if d == 1 or adv.kind != "linear":
-        sols = _solve_1d(
-            pair.law(v[0] / scale), scale, name, adv, alphas, convention, n_starts, tol
+def _structural_results(
+    c: _Checked, m: int, structural: tuple[float, str, np.ndarray | None]
+) -> list[ExactResult]:
+    """One result per order for a value fixed without a solve (:func:`_structural`)."""
+    f_value, reason, theta = structural
+    before = 0.0 if (c.adv.degree or 1) == 1 or f_value == 0.0 else f_value
+    if c.name == "renyi" and before:
+        before = float(renyi_from_alpha(before, c.alphas[0]))
+    if theta is None:
+        theta = np.zeros(m + 1) if math.isfinite(f_value) else np.zeros(0)
+    return [
+        _result(
+            c.pair,
+            c.name,
+            c.adv,
+            a,
+            c.convention,
+            f_value=f_value,
+            theta=theta,
+            converged=True,
+            reason=reason,
+            gradient_norm=0.0,
+            newton_decrement=0.0,
+            # The value is the same at every degree (and >= 0, the constants' value).
+            monotone_checked=c.adv.kind != "feature_map",
+            previous_value=None if c.adv.kind == "feature_map" else before,
         )
-        return [
-            _from_solution(pair, name, adv, a, convention, s)
-            for a, s in zip(alphas, sols, strict=True)
-        ]
+        for a in c.alphas
+    ]
 
-    if name in ("kl", "chi2") and pair.family != "subsampled_gaussian":
-        # Both decompose over independent coordinates (the class has one shared constant).
-        probs = [
-            _problem_1d(pair.law(v[i] / scale), scale, name, adv, None, convention, n_starts)
-            for i in nz
-        ]
-        sols = _solve_problems(probs, tol)
-        theta = np.zeros(d + 1)
-        for i, s in zip(nz, sols, strict=True):
-            theta[0] += s["theta"][0]
-            theta[1 + i] = s["theta"][1]
-        if name == "kl":
-            theta[0] -= len(nz) - 1  # b = 1 - sum_i log M_i, while each b_i = 1 - log M_i
-        total = {
-            "value": math.fsum(s["value"] for s in sols),
-            "f_value": math.fsum(s["f_value"] for s in sols),
-            "tight_value": math.fsum(s["tight_value"] for s in sols),
-            "theta": theta,
-            "converged": all(s["converged"] for s in sols),
-            "reason": next((s["reason"] for s in sols if s["reason"]), None),
-        }
-        return [_from_solution(pair, name, adv, None, convention, total)]
 
-    # Renyi / alpha, linear class, d > 1 (every divergence for the subsampled Gaussian: the mixture
-    # does not factorise, but both laws are invariant under rotations fixing v, so the best linear h
-    # is along v; docs/theory/subsampled_gaussian.md).
-    if pair.family in ("gaussian", "subsampled_gaussian"):
-        norm = float(np.linalg.norm(v))
-        probs = [
-            _problem_1d(pair.law(norm / scale), scale, name, adv, a, convention, n_starts)
-            for a in alphas
-        ]
-        sols = _solve_problems(probs, tol)
-        for s in sols:
-            th = s["theta"]
-            s["theta"] = np.concatenate([[th[0]], th[1] * v / norm])
-        return [
-            _from_solution(pair, name, adv, a, convention, s)
-            for a, s in zip(alphas, sols, strict=True)
-        ]
+def _solve_coordinates(c: _Checked) -> dict[str, Any]:
+    """KL and chi^2 of a d > 1 linear class: a sum over independent coordinates (one constant)."""
+    v = np.asarray(c.pair.shift)
+    nz = np.nonzero(v)[0]
+    scale = c.pair.scale
+    probs = [
+        _problem_1d(c.pair.law(v[i] / scale), scale, c.name, c.adv, None, c.convention, c.n_starts)
+        for i in nz
+    ]
+    sols = _solve_problems(probs, c.tol)
+    theta = np.zeros(c.pair.dim + 1)
+    for i, s in zip(nz, sols, strict=True):
+        theta[0] += s["theta"][0]
+        theta[1 + i] = s["theta"][1]
+    if c.name == "kl":
+        theta[0] -= len(nz) - 1  # b = 1 - sum_i log M_i, while each b_i = 1 - log M_i
+    return {
+        "value": math.fsum(s["value"] for s in sols),
+        "f_value": math.fsum(s["f_value"] for s in sols),
+        "tight_value": math.fsum(s["tight_value"] for s in sols),
+        "theta": theta,
+        "converged": all(s["converged"] for s in sols),
+        "reason": next((s["reason"] for s in sols if s["reason"]), None),
+    }
+
+
+def _solve_along_shift(c: _Checked) -> list[dict[str, Any]]:
+    """Gaussian and subsampled Gaussian linear classes, d > 1: the best h is along v (1-D problems).
+
+    The mixture does not factorise, but both laws are invariant under rotations fixing v
+    (docs/theory/subsampled_gaussian.md).
+    """
+    v = np.asarray(c.pair.shift)
+    scale = c.pair.scale
+    norm = float(np.linalg.norm(v))
+    law = c.pair.law(norm / scale)
+    probs = [_problem_1d(law, scale, c.name, c.adv, a, c.convention, c.n_starts) for a in c.alphas]
+    sols = _solve_problems(probs, c.tol)
+    for s in sols:
+        th = s["theta"]
+        s["theta"] = np.concatenate([[th[0]], th[1] * v / norm])
+    return sols
+
+
+def _solve_one_coordinate(c: _Checked, i: int) -> list[dict[str, Any]]:
+    """A Laplace linear class, d > 1, with one shifted coordinate i: the others get coefficient 0."""
+    v = np.asarray(c.pair.shift)
+    scale = c.pair.scale
+    law = c.pair.law(v[i] / scale)
+    probs = [_problem_1d(law, scale, c.name, c.adv, a, c.convention, c.n_starts) for a in c.alphas]
+    sols = _solve_problems(probs, c.tol)
+    for s in sols:
+        th = np.zeros(c.pair.dim + 1)
+        th[0], th[1 + i] = s["theta"][0], s["theta"][1]
+        s["theta"] = th
+    return sols
+
+
+def _solve_two_coordinates(c: _Checked, i: int, j: int) -> list[dict[str, Any]]:
+    """A Laplace linear class, d > 1, with two shifted coordinates: nested 2-D quadrature."""
+    v = np.asarray(c.pair.shift)
+    scale = c.pair.scale
+    probs = [
+        _problem_2d_laplace((v[i] / scale, v[j] / scale), scale, c.name, a, c.convention)
+        for a in c.alphas
+    ]
+    sols = _solve_problems(probs, c.tol)
+    for s in sols:
+        th = np.zeros(c.pair.dim + 1)
+        th[0], th[1 + i], th[1 + j] = s["theta"][0], s["theta"][1], s["theta"][2]
+        s["theta"] = th
+    return sols
+
+
+def _solve_linear_renyi(c: _Checked) -> list[dict[str, Any]]:
+    """Renyi / alpha with the linear class, d > 1 (every divergence for the subsampled Gaussian)."""
+    if c.pair.family in ("gaussian", "subsampled_gaussian"):
+        return _solve_along_shift(c)
+    nz = np.nonzero(np.asarray(c.pair.shift))[0]
     if nz.size == 1:
-        i = int(nz[0])
-        probs = [
-            _problem_1d(pair.law(v[i] / scale), scale, name, adv, a, convention, n_starts)
-            for a in alphas
-        ]
-        sols = _solve_problems(probs, tol)
-        for s in sols:
-            th = np.zeros(d + 1)
-            th[0], th[1 + i] = s["theta"][0], s["theta"][1]
-            s["theta"] = th
-        return [
-            _from_solution(pair, name, adv, a, convention, s)
-            for a, s in zip(alphas, sols, strict=True)
-        ]
+        return _solve_one_coordinate(c, int(nz[0]))
     if nz.size > 2:
         _fail(
             "pair",
-            pair.label,
+            c.pair.label,
             "restricted Renyi / alpha for the Laplace linear class is supported for at most 2 "
             "coordinates with a non-zero shift (it does not decompose over coordinates; nested "
             "quadrature is used for 2)",
         )
-    i, j = int(nz[0]), int(nz[1])
-    probs = [
-        _problem_2d_laplace((v[i] / scale, v[j] / scale), scale, name, a, convention)
-        for a in alphas
-    ]
-    sols = _solve_problems(probs, tol)
-    for s in sols:
-        th = np.zeros(d + 1)
-        th[0], th[1 + i], th[1 + j] = s["theta"][0], s["theta"][1], s["theta"][2]
-        s["theta"] = th
+    return _solve_two_coordinates(c, int(nz[0]), int(nz[1]))
+
+
+def _restricted_many(
+    pair: Any,
+    divergence: Any,
+    adversary: Any,
+    degree: Any,
+    alphas: list[Any],
+    convention: str,
+    n_starts: Any,
+    tol: Any,
+) -> list[ExactResult]:
+    c = _checked(pair, divergence, adversary, degree, alphas, convention, n_starts, tol)
+    pair, name, adv, convention = c.pair, c.name, c.adv, c.convention
+    m = _n_params(pair, adv)
+    structural = _structural(pair, name, adv)
+    if structural is not None:
+        return _structural_results(c, m, structural)
+    if pair.dim == 1 or adv.kind != "linear":
+        law = pair.law(np.asarray(pair.shift)[0] / pair.scale)
+        sols = _solve_1d(law, pair.scale, name, adv, c.alphas, convention, c.n_starts, c.tol)
+    elif name in ("kl", "chi2") and pair.family != "subsampled_gaussian":
+        return [_from_solution(pair, name, adv, None, convention, _solve_coordinates(c))]
+    else:
+        sols = _solve_linear_renyi(c)
     return [
-        _from_solution(pair, name, adv, a, convention, s) for a, s in zip(alphas, sols, strict=True)
+        _from_solution(pair, name, adv, a, convention, s)
+        for a, s in zip(c.alphas, sols, strict=True)
     ]
 
 

@@ -6,28 +6,24 @@ orthonormal basis and certified (Newton decrement, monotonicity in the degree) u
 limit per noise family and divergence (docs/theory/exact_solver.md).
 """
 
-from cbdp_jax._src.exact.certificate import GAP_TOL as GAP_TOL
-from cbdp_jax._src.exact.inputs import ADVERSARIES as ADVERSARIES
-from cbdp_jax._src.exact.limits import DEGREE_LIMITS as DEGREE_LIMITS
-from cbdp_jax._src.exact.limits import degree_limit as degree_limit
-from cbdp_jax._src.exact.pairs import DIRECTIONS as DIRECTIONS
-from cbdp_jax._src.exact.pairs import FAMILIES as FAMILIES
-from cbdp_jax._src.exact.pairs import NoisePair as NoisePair
-from cbdp_jax._src.exact.pairs import gaussian_pair as gaussian_pair
-from cbdp_jax._src.exact.pairs import laplace_pair as laplace_pair
-from cbdp_jax._src.exact.pairs import noise_pair_from as noise_pair_from
-from cbdp_jax._src.exact.pairs import output_laws as output_laws
-from cbdp_jax._src.exact.pairs import point_mass_pair as point_mass_pair
-from cbdp_jax._src.exact.pairs import subsampled_gaussian_pair as subsampled_gaussian_pair
-from cbdp_jax._src.exact.restricted import restricted_divergence as restricted_divergence
-from cbdp_jax._src.exact.restricted import (
-    restricted_divergence_curve as restricted_divergence_curve,
-)
-from cbdp_jax._src.exact.restricted import (
-    restricted_divergence_degrees as restricted_divergence_degrees,
-)
-from cbdp_jax._src.exact.result import ExactResult as ExactResult
-from cbdp_jax._src.exact.unrestricted import unrestricted_divergence as unrestricted_divergence
+from cbdp_jax._src.exact import ADVERSARIES as ADVERSARIES
+from cbdp_jax._src.exact import DEGREE_LIMITS as DEGREE_LIMITS
+from cbdp_jax._src.exact import DIRECTIONS as DIRECTIONS
+from cbdp_jax._src.exact import FAMILIES as FAMILIES
+from cbdp_jax._src.exact import GAP_TOL as GAP_TOL
+from cbdp_jax._src.exact import ExactResult as ExactResult
+from cbdp_jax._src.exact import NoisePair as NoisePair
+from cbdp_jax._src.exact import degree_limit as degree_limit
+from cbdp_jax._src.exact import gaussian_pair as gaussian_pair
+from cbdp_jax._src.exact import laplace_pair as laplace_pair
+from cbdp_jax._src.exact import noise_pair_from as noise_pair_from
+from cbdp_jax._src.exact import output_laws as output_laws
+from cbdp_jax._src.exact import point_mass_pair as point_mass_pair
+from cbdp_jax._src.exact import restricted_divergence as restricted_divergence
+from cbdp_jax._src.exact import restricted_divergence_curve as restricted_divergence_curve
+from cbdp_jax._src.exact import restricted_divergence_degrees as restricted_divergence_degrees
+from cbdp_jax._src.exact import subsampled_gaussian_pair as subsampled_gaussian_pair
+from cbdp_jax._src.exact import unrestricted_divergence as unrestricted_divergence
 
 __all__ = [
     "ADVERSARIES",

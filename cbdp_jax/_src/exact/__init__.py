@@ -72,7 +72,8 @@ One concept per file:
 - :mod:`.restricted` and :mod:`.unrestricted`: the public entry points; :mod:`.result`:
   :class:`~.result.ExactResult`; :mod:`.float64`: the x64 scope and float64 helpers.
 
-The public names are re-exported here and by :mod:`cbdp_jax.exact`.
+The public names are re-exported here, and from here by :mod:`cbdp_jax.exact` (code inside ``_src``
+imports what it needs from the file that defines it).
 
 """
 
@@ -98,24 +99,3 @@ from cbdp_jax._src.exact.restricted import (
 )
 from cbdp_jax._src.exact.result import ExactResult as ExactResult
 from cbdp_jax._src.exact.unrestricted import unrestricted_divergence as unrestricted_divergence
-
-__all__ = [
-    "ADVERSARIES",
-    "DEGREE_LIMITS",
-    "DIRECTIONS",
-    "FAMILIES",
-    "GAP_TOL",
-    "ExactResult",
-    "NoisePair",
-    "degree_limit",
-    "gaussian_pair",
-    "laplace_pair",
-    "noise_pair_from",
-    "output_laws",
-    "point_mass_pair",
-    "restricted_divergence",
-    "restricted_divergence_curve",
-    "restricted_divergence_degrees",
-    "subsampled_gaussian_pair",
-    "unrestricted_divergence",
-]

@@ -34,7 +34,7 @@ from cbdp_jax._src.validation import (
 
 
 class _Checked(NamedTuple):
-    """The public inputs of a restricted solve, checked and parsed."""
+    """The inputs of a restricted solve, checked and parsed."""
 
     pair: NoisePair
     name: str
@@ -45,33 +45,22 @@ class _Checked(NamedTuple):
     tol: float
 
 
-def _checked(
-    pair: Any,
-    divergence: Any,
-    adversary: Any,
-    degree: Any,
-    alphas: list[Any],
-    convention: str,
-    n_starts: Any,
-    tol: Any,
-) -> _Checked:
-    """The inputs checked in a fixed order (the first bad one is the one reported)."""
-    pair = output_laws(pair)
-    name, convention = _parse_divergence(divergence, None, convention)
+def _checked_alphas(name: str, alphas: list[Any]) -> list[Any]:
+    """The orders checked (> 1) for the alpha family; for any other divergence they must be None."""
     if name in ("renyi", "alpha"):
-        alphas = [check_alpha(a) for a in alphas]
-    elif any(a is not None for a in alphas):
+        return [check_alpha(a) for a in alphas]
+    if any(a is not None for a in alphas):
         _fail(
             "alpha",
             alphas[0],
             f"must be None for divergence {name!r}",
             "only 'renyi' and 'alpha' use it",
         )
-    adv = _parse_adversary(adversary, degree)
-    if adv.kind == "poly":
-        _check_degree(pair, name, adv.degree)
-    n_starts = check_int_at_least("n_starts", n_starts, 1)
-    tol = _check_tol(tol)
+    return alphas
+
+
+def _check_dimension(pair: NoisePair, adversary: Any, adv: _Adversary) -> None:
+    """Polynomial and feature-map classes need a 1-D pair."""
     if adv.kind != "linear" and pair.dim != 1:
         _fail(
             "adversary",
@@ -79,7 +68,6 @@ def _checked(
             f"must be 'linear' for a {pair.dim}-dimensional pair",
             "polynomial and feature-map classes are supported in 1-D only",
         )
-    return _Checked(pair, name, convention, alphas, adv, n_starts, tol)
 
 
 def _structural_results(
@@ -215,8 +203,16 @@ def _restricted_many(
     n_starts: Any,
     tol: Any,
 ) -> list[ExactResult]:
-    c = _checked(pair, divergence, adversary, degree, alphas, convention, n_starts, tol)
-    pair, name, adv, convention = c.pair, c.name, c.adv, c.convention
+    """One result per order in ``alphas`` (a single None for divergences without one), by shape."""
+    pair = output_laws(pair)
+    name, convention = _parse_divergence(divergence, None, convention)
+    alphas = _checked_alphas(name, alphas)
+    adv = _parse_adversary(adversary, degree)
+    if adv.kind == "poly":
+        _check_degree(pair, name, adv.degree)
+    n_starts = check_int_at_least("n_starts", n_starts, 1)
+    c = _Checked(pair, name, convention, alphas, adv, n_starts, _check_tol(tol))
+    _check_dimension(pair, adversary, adv)
     m = _n_params(pair, adv)
     structural = _structural(pair, name, adv)
     if structural is not None:
@@ -368,17 +364,7 @@ def restricted_divergence_degrees(
         )
     kind = _kind(name, convention)
     chain = _degrees_chain(kind, top)
-    if name in ("renyi", "alpha"):
-        a = check_alpha(alpha)
-    elif alpha is not None:
-        _fail(
-            "alpha",
-            alpha,
-            f"must be None for divergence {name!r}",
-            "only 'renyi' and 'alpha' use it",
-        )
-    else:
-        a = None
+    (a,) = _checked_alphas(name, [alpha])
     sols = _solve_chain(
         pair.law(pair.shift[0] / pair.scale),
         pair.scale,

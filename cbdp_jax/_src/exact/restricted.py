@@ -248,7 +248,8 @@ def restricted_divergence(
     H is {b + theta . phi(x)}: ``'linear'`` (phi(x) = x, any dimension), ``'poly'`` (phi(x) = (x, x^2,
     ..., x^degree), 1-D) or a callable feature map ``x [n] -> [n, m]`` (1-D; e.g. random Fourier
     features; a constant is always added). The supremum of the concave objective is found by a
-    damped Newton method on deterministic quadrature (module docstring), from ``n_starts`` points.
+    damped Newton method on deterministic quadrature (docs/theory/exact_solver.md), from
+    ``n_starts`` points.
 
     Args:
       pair: A :class:`NoisePair` (or a Laplace / Gaussian / non-private mechanism object).

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 from cbdp_jax import exact  # noqa: E402
-from cbdp_jax._src import exact as _exact  # noqa: E402
+from cbdp_jax._src.exact import limits as _limits  # noqa: E402
 
 PROBE = {"kl": 16, "alpha": 48, "chi2": 48}  # the degrees probed (limits lifted to these)
 PROBE_SUBSAMPLED = {"kl": 12, "alpha": 24, "chi2": 24}
@@ -61,7 +61,7 @@ def _walk(family: str, param: Any, div: str, alpha: float | None) -> dict[str, A
         q, sigma, direction = param
         pair = exact.subsampled_gaussian_pair(sigma, q, direction=direction)
     probe = PROBE_SUBSAMPLED if family == "subsampled_gaussian" else PROBE
-    top = probe[_exact._divergence_group(div)]
+    top = probe[_limits._divergence_group(div)]
     t0 = time.perf_counter()
     results = exact.restricted_divergence_degrees(pair, div, top, alpha=alpha)
     seconds = time.perf_counter() - t0
@@ -96,10 +96,10 @@ def _walk(family: str, param: Any, div: str, alpha: float | None) -> dict[str, A
 def main() -> None:
     args = _common.parser(__doc__.splitlines()[0], "results/exact_degree_limits.json").parse_args()
     _common.setup_device(args.device)
-    saved = {f: dict(v) for f, v in _exact.DEGREE_LIMITS.items()}
-    for fam in _exact.DEGREE_LIMITS:  # lift the limits for the measurement only
+    saved = {f: dict(v) for f, v in _limits.DEGREE_LIMITS.items()}
+    for fam in _limits.DEGREE_LIMITS:  # lift the limits for the measurement only
         for group, top in PROBE.items():
-            _exact.DEGREE_LIMITS[fam][group] = top
+            _limits.DEGREE_LIMITS[fam][group] = top
     walks = []
     try:
         for family, param, div, alpha in _settings(args.quick):
@@ -111,8 +111,8 @@ def main() -> None:
                 flush=True,
             )
     finally:
-        _exact.DEGREE_LIMITS.clear()
-        _exact.DEGREE_LIMITS.update(saved)
+        _limits.DEGREE_LIMITS.clear()
+        _limits.DEGREE_LIMITS.update(saved)
     _common.write(args.out, "exact_degree_limits", args, {"probe": PROBE, "walks": walks})
 
 

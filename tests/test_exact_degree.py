@@ -33,8 +33,13 @@ import pytest
 from scipy import integrate
 
 from cbdp_jax import InvalidParameterError, exact
-from cbdp_jax._src import exact as _exact
 from cbdp_jax._src import orthopoly
+from cbdp_jax._src.exact.basis import _poly_basis
+from cbdp_jax._src.exact.certificate import _evaluate
+from cbdp_jax._src.exact.degrees import _certify_monotone
+from cbdp_jax._src.exact.laws import _Law1D
+from cbdp_jax._src.exact.problems import _problem_poly
+from cbdp_jax._src.exact.solver import _solve_problems
 
 BASELINE = json.loads((Path(__file__).parent / "data" / "exact_baseline.json").read_text())
 
@@ -135,7 +140,7 @@ def fform_value(res: exact.ExactResult) -> float:
 @pytest.mark.parametrize("family, delta", [("laplace", 1.0), ("laplace", 5.0), ("gaussian", 2.0)])
 def test_orthonormal_basis_is_orthonormal_on_an_independent_rule(family, delta):
     k = exact.degree_limit(family, "renyi")
-    poly = _exact._poly_basis(_exact._Law1D(family, delta), k)
+    poly = _poly_basis(_Law1D(family, delta), k)
     # A different composite rule (finer panels, 14 points, wider reach) for (P + Q) / 2.
     kinks = [0.0, delta] if family == "laplace" else []
     from cbdp_jax._src import quadrature as quad
@@ -156,7 +161,7 @@ def test_orthonormal_basis_is_orthonormal_on_an_independent_rule(family, delta):
 def test_basis_spans_the_monomials_exactly():
     """Each psi_j has exact degree j (the class is unchanged): the monomial matrix is upper triangular
     with a positive diagonal, and reproduces the recurrence's values."""
-    poly = _exact._poly_basis(_exact._Law1D("laplace", 1.0), 10)
+    poly = _poly_basis(_Law1D("laplace", 1.0), 10)
     m = poly.monomial_matrix()
     assert np.allclose(np.tril(m, -1), 0.0) and np.all(np.diag(m) > 0)
     z = np.linspace(-3, 4, 9)
@@ -349,16 +354,16 @@ def test_uncertified_value_inside_the_limit_is_refused_not_returned():
 @pytest.mark.x64
 def test_certificate_catches_a_wrong_optimum():
     """Negative control for the certificate: the same evaluation at a perturbed point is refused."""
-    law = _exact._Law1D("laplace", 1.0)
-    prob = _exact._problem_poly(law, 1.0, "renyi", 12, 4.0, "abs", 1, None, None)
-    sol = _exact._solve_problems([prob], 1e-10)[0]
+    law = _Law1D("laplace", 1.0)
+    prob = _problem_poly(law, 1.0, "renyi", 12, 4.0, "abs", 1, None, None)
+    sol = _solve_problems([prob], 1e-10)[0]
     assert sol["converged"] and sol["newton_decrement"] ** 2 / 2 <= 1e-10
     grid = prob.geometry.refined_grid(prob, sol["u"], prob.geometry.initial_grid())
     bad = sol["u"] * (1 + 1e-3)
-    out = _exact._evaluate(prob, bad, grid, True, True, 1e-10)
+    out = _evaluate(prob, bad, grid, True, True, 1e-10)
     assert not out["converged"] and "decrement" in out["reason"]
     low = dict(sol)
-    _exact._certify_monotone(low, sol["value"] + 1e-6)  # a larger class must not be lower
+    _certify_monotone(low, sol["value"] + 1e-6)  # a larger class must not be lower
     assert not low["converged"] and not low["monotone_checked"]
 
 

@@ -118,214 +118,6 @@ def _p(fn, **kw) -> Callable:
     return functools.partial(fn, **kw)
 
 
-def _cases() -> list[SuiteCase]:
-    sum_space = DatasetSpace(shape=(5,), low=0.0, high=2.0)
-    rnm_space = DatasetSpace(shape=(8,), low=0.0, high=4.0, integer=True, relation="linf")
-    svt_space = DatasetSpace(shape=(SVT_QUERIES,), low=0.0, high=1.0, integer=True, relation="linf")
-    hist_space = DatasetSpace(shape=(6,), low=0.0, high=3.0, integer=True)
-    vec_space = DatasetSpace(shape=(3, 4), low=0.0, high=1.0)
-    clip_space = DatasetSpace(shape=(3, 2), low=-3.0, high=3.0, relation="zero-out")
-    rr_space = DatasetSpace(shape=(1,), low=0.0, high=1.0, integer=True)
-    half = SVT_QUERIES // 2
-    svt_pair = ([0] * half + [1] * half, [1] * half + [0] * half)
-    rnm_pair = ([1] + [0] * 7, [0] + [1] * 7)
-    sigma1 = gaussian_sigma_for(1.0, 1e-5, 1.0)
-    sigma2 = gaussian_sigma_for(1.0, 1e-5, 2.0)
-    c = []
-    add = c.append
-    add(
-        SuiteCase(
-            "laplace_sensitivity",
-            _p(_laplace_sum_fn, scale=1.0),
-            "pure:1",
-            True,
-            sum_space,
-            ([0, 0, 0, 0, 0], [2, 0, 0, 0, 0]),
-            "sum of 5 records in [0, 2] plus Lap(1/eps): sensitivity taken as 1, it is 2",
-        )
-    )
-    add(
-        SuiteCase(
-            "laplace_sensitivity_correct",
-            _p(_laplace_sum_fn, scale=2.0),
-            "pure:1",
-            False,
-            sum_space,
-            ([0, 0, 0, 0, 0], [2, 0, 0, 0, 0]),
-            "as above with Lap(2/eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "rnm_scale",
-            _p(_rnm_fn, scale=1.0, gaussian=False),
-            "pure:1",
-            True,
-            rnm_space,
-            rnm_pair,
-            "report noisy max of 8 sensitivity-1 queries with Lap(1/eps): "
-            "eps-DP only for monotone queries; needs Lap(2/eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "rnm_gaussian",
-            _p(_rnm_fn, scale=2.0, gaussian=True),
-            "pure:1",
-            True,
-            rnm_space,
-            rnm_pair,
-            "report noisy max with N(0, (2/eps)^2) noise: no finite pure eps",
-        )
-    )
-    add(
-        SuiteCase(
-            "rnm_correct",
-            _p(_rnm_fn, scale=2.0, gaussian=False),
-            "pure:1",
-            False,
-            rnm_space,
-            rnm_pair,
-            "report noisy max with Lap(2/eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "svt_alg5",
-            _p(_svt_fn, variant=5),
-            "pure:1",
-            True,
-            svt_space,
-            svt_pair,
-            "Lyu et al. Algorithm 5: no noise on the queries (infinite eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "svt_alg6",
-            _p(_svt_fn, variant=6),
-            "pure:1",
-            True,
-            svt_space,
-            svt_pair,
-            "Lyu et al. Algorithm 6: no cutoff, answers every query (infinite eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "svt_alg1",
-            _p(_svt_fn, variant=1),
-            "pure:1",
-            False,
-            svt_space,
-            svt_pair,
-            "Lyu et al. Algorithm 1 with c = 1: eps-DP",
-        )
-    )
-    add(
-        SuiteCase(
-            "histogram_bins",
-            _p(_hist_fn, bins=4, scale=2.0 / 4),
-            "pure:1",
-            True,
-            hist_space,
-            ([0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]),
-            "noisy histogram of 4 bins, scale divided by the bin count: Lap(2/(4 eps))",
-        )
-    )
-    add(
-        SuiteCase(
-            "histogram_correct",
-            _p(_hist_fn, bins=4, scale=2.0),
-            "pure:1",
-            False,
-            hist_space,
-            ([0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]),
-            "noisy histogram with Lap(2/eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "vector_laplace_l2",
-            _p(_vec_fn, scale=2.0),
-            "pure:1",
-            True,
-            vec_space,
-            ([[0.0] * 4] * 3, [[1.0] * 4] + [[0.0] * 4] * 2),
-            "sum of records in [0, 1]^4 plus Lap(sqrt(4)/eps): L2 sensitivity used, L1 is 4",
-        )
-    )
-    add(
-        SuiteCase(
-            "vector_laplace_correct",
-            _p(_vec_fn, scale=4.0),
-            "pure:1",
-            False,
-            vec_space,
-            ([[0.0] * 4] * 3, [[1.0] * 4] + [[0.0] * 4] * 2),
-            "with Lap(4/eps)",
-        )
-    )
-    add(
-        SuiteCase(
-            "gaussian_clip",
-            _p(_clip_fn, clip=2.0, sigma=sigma1),
-            "approx:1:1e-05",
-            True,
-            clip_space,
-            ([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3),
-            "sum of records clipped to L2 norm 2 plus Gaussian noise calibrated for norm 1",
-        )
-    )
-    add(
-        SuiteCase(
-            "gaussian_clip_correct",
-            _p(_clip_fn, clip=2.0, sigma=sigma2),
-            "approx:1:1e-05",
-            False,
-            clip_space,
-            ([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3),
-            "sigma calibrated (analytic Gaussian) for norm 2",
-        )
-    )
-    add(
-        SuiteCase(
-            "randomized_response_2eps",
-            _p(_rr_fn, eps=2.0),
-            "pure:1",
-            True,
-            rr_space,
-            ([0], [1]),
-            "randomized response with flip probability 1/(1+e^2): it is 2-DP",
-        )
-    )
-    add(
-        SuiteCase(
-            "randomized_response_correct",
-            _p(_rr_fn, eps=1.0),
-            "pure:1",
-            False,
-            rr_space,
-            ([0], [1]),
-            "randomized response with flip probability 1/(1+e)",
-        )
-    )
-    add(
-        SuiteCase(
-            "gaussian_tiny_delta",
-            _p(_clip_fn, clip=1.0, sigma=gaussian_sigma_for(1.0, 1e-8)),
-            "approx:1:1e-10",
-            True,
-            clip_space,
-            ([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3),
-            "Gaussian with delta 1e-8 claimed as 1e-10: the excess 1e-8 is "
-            "far below what 10^6 samples can certify",
-            beyond_sampling=True,
-        )
-    )
-    return c  # fmt: skip
-
-
 # module-level wrappers so that each variant is a distinct, hashable function for jit
 def _laplace_sum_fn(key, d, n, *, scale):
     return _laplace_sum(key, d, n, scale / EPS)
@@ -355,7 +147,179 @@ def _rr_fn(key, d, n, *, eps):
     return _randomized_response(key, d, n, eps=eps)
 
 
-SUITE: tuple[SuiteCase, ...] = tuple(_cases())
+# The dataset spaces searched and the literature's counterexample pairs shared by several cases.
+_SUM_SPACE = DatasetSpace(shape=(5,), low=0.0, high=2.0)
+_RNM_SPACE = DatasetSpace(shape=(8,), low=0.0, high=4.0, integer=True, relation="linf")
+_SVT_SPACE = DatasetSpace(shape=(SVT_QUERIES,), low=0.0, high=1.0, integer=True, relation="linf")
+_HIST_SPACE = DatasetSpace(shape=(6,), low=0.0, high=3.0, integer=True)
+_VEC_SPACE = DatasetSpace(shape=(3, 4), low=0.0, high=1.0)
+_CLIP_SPACE = DatasetSpace(shape=(3, 2), low=-3.0, high=3.0, relation="zero-out")
+_RR_SPACE = DatasetSpace(shape=(1,), low=0.0, high=1.0, integer=True)
+_HALF = SVT_QUERIES // 2
+_SVT_PAIR = ([0] * _HALF + [1] * _HALF, [1] * _HALF + [0] * _HALF)
+_RNM_PAIR = ([1] + [0] * 7, [0] + [1] * 7)
+_SIGMA1 = gaussian_sigma_for(1.0, 1e-5, 1.0)  # the analytic Gaussian's sigma for L2 norm 1
+_SIGMA2 = gaussian_sigma_for(1.0, 1e-5, 2.0)  # and for L2 norm 2
+
+# The suite: one row per audited mechanism (SuiteCase's fields in order).
+SUITE: tuple[SuiteCase, ...] = (
+    SuiteCase(
+        "laplace_sensitivity",
+        _p(_laplace_sum_fn, scale=1.0),
+        "pure:1",
+        True,
+        _SUM_SPACE,
+        ([0, 0, 0, 0, 0], [2, 0, 0, 0, 0]),
+        "sum of 5 records in [0, 2] plus Lap(1/eps): sensitivity taken as 1, it is 2",
+    ),
+    SuiteCase(
+        "laplace_sensitivity_correct",
+        _p(_laplace_sum_fn, scale=2.0),
+        "pure:1",
+        False,
+        _SUM_SPACE,
+        ([0, 0, 0, 0, 0], [2, 0, 0, 0, 0]),
+        "as above with Lap(2/eps)",
+    ),
+    SuiteCase(
+        "rnm_scale",
+        _p(_rnm_fn, scale=1.0, gaussian=False),
+        "pure:1",
+        True,
+        _RNM_SPACE,
+        _RNM_PAIR,
+        "report noisy max of 8 sensitivity-1 queries with Lap(1/eps): "
+        "eps-DP only for monotone queries; needs Lap(2/eps)",
+    ),
+    SuiteCase(
+        "rnm_gaussian",
+        _p(_rnm_fn, scale=2.0, gaussian=True),
+        "pure:1",
+        True,
+        _RNM_SPACE,
+        _RNM_PAIR,
+        "report noisy max with N(0, (2/eps)^2) noise: no finite pure eps",
+    ),
+    SuiteCase(
+        "rnm_correct",
+        _p(_rnm_fn, scale=2.0, gaussian=False),
+        "pure:1",
+        False,
+        _RNM_SPACE,
+        _RNM_PAIR,
+        "report noisy max with Lap(2/eps)",
+    ),
+    SuiteCase(
+        "svt_alg5",
+        _p(_svt_fn, variant=5),
+        "pure:1",
+        True,
+        _SVT_SPACE,
+        _SVT_PAIR,
+        "Lyu et al. Algorithm 5: no noise on the queries (infinite eps)",
+    ),
+    SuiteCase(
+        "svt_alg6",
+        _p(_svt_fn, variant=6),
+        "pure:1",
+        True,
+        _SVT_SPACE,
+        _SVT_PAIR,
+        "Lyu et al. Algorithm 6: no cutoff, answers every query (infinite eps)",
+    ),
+    SuiteCase(
+        "svt_alg1",
+        _p(_svt_fn, variant=1),
+        "pure:1",
+        False,
+        _SVT_SPACE,
+        _SVT_PAIR,
+        "Lyu et al. Algorithm 1 with c = 1: eps-DP",
+    ),
+    SuiteCase(
+        "histogram_bins",
+        _p(_hist_fn, bins=4, scale=2.0 / 4),
+        "pure:1",
+        True,
+        _HIST_SPACE,
+        ([0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]),
+        "noisy histogram of 4 bins, scale divided by the bin count: Lap(2/(4 eps))",
+    ),
+    SuiteCase(
+        "histogram_correct",
+        _p(_hist_fn, bins=4, scale=2.0),
+        "pure:1",
+        False,
+        _HIST_SPACE,
+        ([0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]),
+        "noisy histogram with Lap(2/eps)",
+    ),
+    SuiteCase(
+        "vector_laplace_l2",
+        _p(_vec_fn, scale=2.0),
+        "pure:1",
+        True,
+        _VEC_SPACE,
+        ([[0.0] * 4] * 3, [[1.0] * 4] + [[0.0] * 4] * 2),
+        "sum of records in [0, 1]^4 plus Lap(sqrt(4)/eps): L2 sensitivity used, L1 is 4",
+    ),
+    SuiteCase(
+        "vector_laplace_correct",
+        _p(_vec_fn, scale=4.0),
+        "pure:1",
+        False,
+        _VEC_SPACE,
+        ([[0.0] * 4] * 3, [[1.0] * 4] + [[0.0] * 4] * 2),
+        "with Lap(4/eps)",
+    ),
+    SuiteCase(
+        "gaussian_clip",
+        _p(_clip_fn, clip=2.0, sigma=_SIGMA1),
+        "approx:1:1e-05",
+        True,
+        _CLIP_SPACE,
+        ([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3),
+        "sum of records clipped to L2 norm 2 plus Gaussian noise calibrated for norm 1",
+    ),
+    SuiteCase(
+        "gaussian_clip_correct",
+        _p(_clip_fn, clip=2.0, sigma=_SIGMA2),
+        "approx:1:1e-05",
+        False,
+        _CLIP_SPACE,
+        ([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3),
+        "sigma calibrated (analytic Gaussian) for norm 2",
+    ),
+    SuiteCase(
+        "randomized_response_2eps",
+        _p(_rr_fn, eps=2.0),
+        "pure:1",
+        True,
+        _RR_SPACE,
+        ([0], [1]),
+        "randomized response with flip probability 1/(1+e^2): it is 2-DP",
+    ),
+    SuiteCase(
+        "randomized_response_correct",
+        _p(_rr_fn, eps=1.0),
+        "pure:1",
+        False,
+        _RR_SPACE,
+        ([0], [1]),
+        "randomized response with flip probability 1/(1+e)",
+    ),
+    SuiteCase(
+        "gaussian_tiny_delta",
+        _p(_clip_fn, clip=1.0, sigma=gaussian_sigma_for(1.0, 1e-8)),
+        "approx:1:1e-10",
+        True,
+        _CLIP_SPACE,
+        ([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]] * 3),
+        "Gaussian with delta 1e-8 claimed as 1e-10: the excess 1e-8 is "
+        "far below what 10^6 samples can certify",
+        beyond_sampling=True,
+    ),
+)
 
 
 def suite_case(name: str) -> SuiteCase:

@@ -33,8 +33,18 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax._src import exact as ex
 from cbdp_jax._src.divergences import get_divergence
+from cbdp_jax._src.exact.certificate import _conjugate
+from cbdp_jax._src.exact.degrees import _solve_1d
+from cbdp_jax._src.exact.float64 import _exp
+from cbdp_jax._src.exact.inputs import _parse_adversary, _parse_divergence
+from cbdp_jax._src.exact.laws import _Law1D
+from cbdp_jax._src.exact.limits import _check_degree
+from cbdp_jax._src.exact.pairs import NoisePair, output_laws
+from cbdp_jax._src.exact.restricted import _refuse_uncertified, _restricted_many
+from cbdp_jax._src.exact.result import ExactResult, _from_solution
+from cbdp_jax._src.exact.structural import _structural
+from cbdp_jax._src.exact.unrestricted import _unrestricted_rule, unrestricted_divergence
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     _fail,
@@ -45,12 +55,12 @@ from cbdp_jax._src.validation import (
 _BINOM_CUT = 1e-18  # binomial weights below this fraction of the largest are dropped (mass < 1e-14)
 
 
-def _sum_law(pair: ex.NoisePair, steps: int) -> tuple[ex._Law1D, float]:
+def _sum_law(pair: NoisePair, steps: int) -> tuple[_Law1D, float]:
     """The law of S = sum_t x_t in units of its noise (standardised), and that unit (sqrt(T) s)."""
     v = pair.shift[0]
     unit = math.sqrt(steps) * pair.scale
     if pair.family == "gaussian":
-        return ex._Law1D("gaussian", steps * v / unit), unit
+        return _Law1D("gaussian", steps * v / unit), unit
     q = pair.sampling_rate
     k = np.arange(steps + 1)
     if q == 1.0:
@@ -71,7 +81,7 @@ def _sum_law(pair: ex.NoisePair, steps: int) -> tuple[ex._Law1D, float]:
     w /= w.sum()
     centres = k[keep] * v / unit
     delta = float(centres[np.argmax(np.abs(centres))])
-    law = ex._Law1D(
+    law = _Law1D(
         "mixture",
         delta,
         tuple(float(x) for x in w),
@@ -81,7 +91,7 @@ def _sum_law(pair: ex.NoisePair, steps: int) -> tuple[ex._Law1D, float]:
     return law, unit
 
 
-def _check_steps_case(pair: ex.NoisePair, name: str, adversary: str, steps: int) -> str:
+def _check_steps_case(pair: NoisePair, name: str, adversary: str, steps: int) -> str:
     """Which exact rule covers the case: 'single', 'sum', 'additive' or 'unrestricted'; else refuse."""
     if steps == 1:
         return "single"
@@ -105,14 +115,14 @@ def _check_steps_case(pair: ex.NoisePair, name: str, adversary: str, steps: int)
 
 
 def composed_divergence(
-    pair: ex.NoisePair | Any,
+    pair: NoisePair | Any,
     divergence: str,
     steps: int = 1,
     adversary: str = "linear",
     *,
     degree: int = 1,
     alpha: float | None = None,
-) -> ex.ExactResult:
+) -> ExactResult:
     """The exact value of the T-step non-adaptive release (x_1, ..., x_T) of a one-step pair.
 
     Args:
@@ -142,21 +152,21 @@ def composed_divergence(
 
 
 def value_and_slope(
-    pair: ex.NoisePair | Any,
+    pair: NoisePair | Any,
     divergence: str,
     steps: int,
     adversary: str,
     degree: int,
     alpha: float | None,
-) -> tuple[ex.ExactResult, Callable[[], float]]:
+) -> tuple[ExactResult, Callable[[], float]]:
     """The T-step value and a function giving dV/ds, s the pair's noise parameter (eps or sigma).
 
     The slope is the envelope theorem's partial derivative at the optimum (module docstring). Needs
     float64 (callers run it under ``jax.enable_x64``).
     """
-    pair = ex.output_laws(pair)
+    pair = output_laws(pair)
     steps = check_int_at_least("steps", steps, 1)
-    name, _ = ex._parse_divergence(divergence, None, "abs")
+    name, _ = _parse_divergence(divergence, None, "abs")
     if name not in ("kl", "renyi"):
         _fail("divergence", divergence, "must be 'kl' or 'renyi' here")
     a = check_alpha(alpha) if name == "renyi" else None
@@ -192,7 +202,7 @@ def value_and_slope(
     return _times(res, steps, why), lambda: steps * one_slope
 
 
-def _times(res: ex.ExactResult, steps: int, why: str | None) -> ex.ExactResult:
+def _times(res: ExactResult, steps: int, why: str | None) -> ExactResult:
     return res._replace(
         value=steps * res.value,
         f_value=steps * res.f_value,
@@ -203,17 +213,17 @@ def _times(res: ex.ExactResult, steps: int, why: str | None) -> ex.ExactResult:
 
 def _solve(pair, law, unit, name, adversary, degree, alpha):
     """One certified 1-D solve: (ExactResult, solution dict), or (result, None) when structural."""
-    adv = ex._parse_adversary(adversary, degree)
+    adv = _parse_adversary(adversary, degree)
     if adv.kind == "poly":
-        ex._check_degree(pair, name, adv.degree)
-    if ex._structural(pair, name, adv) is not None:
-        res = ex._restricted_many(pair, name, adversary, degree, [alpha], "abs", 4, 1e-10)[0]
+        _check_degree(pair, name, adv.degree)
+    if _structural(pair, name, adv) is not None:
+        res = _restricted_many(pair, name, adversary, degree, [alpha], "abs", 4, 1e-10)[0]
         if not (pair.family == "gaussian" and name == "kl"):
             _fail("pair", pair.label, "has no smooth exact value in the noise here (degenerate)")
         return res, None
-    sol = ex._solve_1d(law, unit, name, adv, [alpha], "abs", 4, 1e-10)[0]
-    res = ex._from_solution(pair, name, adv, alpha, "abs", sol)
-    ex._refuse_uncertified([res])
+    sol = _solve_1d(law, unit, name, adv, [alpha], "abs", 4, 1e-10)[0]
+    res = _from_solution(pair, name, adv, alpha, "abs", sol)
+    _refuse_uncertified([res])
     if not res.converged:  # a feature map (polynomial classes were refused just above)
         raise InvalidParameterError(
             f"adversary={adversary!r} is invalid here: the exact value could not be certified "
@@ -222,10 +232,10 @@ def _solve(pair, law, unit, name, adversary, degree, alpha):
     return res, sol
 
 
-def _slope(result: ex.ExactResult, sol: dict[str, Any], law: ex._Law1D, noise: float) -> float:
+def _slope(result: ExactResult, sol: dict[str, Any], law: _Law1D, noise: float) -> float:
     """dV/ds at the optimum held fixed: E_P[h d_s log p] - E_Q[f*(h) d_s log q] (module docstring)."""
     grid = sol["grid"]
-    wp, wq = ex._exp(grid.lwp), ex._exp(grid.lwq)
+    wp, wq = _exp(grid.lwp), _exp(grid.lwq)
     wp, wq = wp / wp.sum(), wq / wq.sum()
     sp, sq = law.scores(grid.z, noise)
     h = sol["h"]
@@ -233,7 +243,7 @@ def _slope(result: ex.ExactResult, sol: dict[str, Any], law: ex._Law1D, noise: f
         div = get_divergence("alpha", alpha=result.alpha, convention=result.convention)
     else:
         div = get_divergence(result.divergence)
-    conj = ex._conjugate(div, h)
+    conj = _conjugate(div, h)
     live = wq > 0
     d_f = float(wp @ (h * sp) - np.sum(wq[live] * conj[live] * sq[live]))
     if result.divergence == "renyi":
@@ -244,7 +254,7 @@ def _slope(result: ex.ExactResult, sol: dict[str, Any], law: ex._Law1D, noise: f
 
 def _unrestricted(pair, name, alpha, steps, noise):
     """T times the unrestricted one-step value, with its slope from the score functions."""
-    one = ex.unrestricted_divergence(pair, name, alpha=alpha)
+    one = unrestricted_divergence(pair, name, alpha=alpha)
     value = steps * one.value
     f_value = steps * one.f_value if name == "kl" else _alpha_from_renyi(value, alpha)
     why = None
@@ -256,16 +266,16 @@ def _unrestricted(pair, name, alpha, steps, noise):
 
     def slope() -> float:
         law = pair.law(pair.shift[0] / pair.scale)
-        z, w = ex._unrestricted_rule(law, name, alpha)
+        z, w = _unrestricted_rule(law, name, alpha)
         lp, lq = law.log_p(z), law.log_q(z)
         sp, sq = law.scores(z, noise)
         lw = np.log(w)
         if name == "kl":
-            wp = ex._exp(lw + lp)
+            wp = _exp(lw + lp)
             d = float(wp @ ((lp - lq) * sp) - wp @ sq)
         else:
             lpi = lw + alpha * lp + (1.0 - alpha) * lq
-            pi = ex._exp(lpi - np.max(lpi))
+            pi = _exp(lpi - np.max(lpi))
             pi /= pi.sum()
             d = float(pi @ (alpha * sp + (1.0 - alpha) * sq)) / (alpha - 1.0)
         return steps * d

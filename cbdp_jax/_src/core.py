@@ -261,6 +261,46 @@ def trainer(
       ()
 
     """
+    tx, is_default, line_search = _optimizer(optimizer, learning_rate)
+    adversary = as_class(adversary, properties)
+    props = spec_properties(adversary)
+    label = adversary.label
+    if isinstance(adversary, CustomAdversary):
+        check_properties(adversary.build(jax.random.key(0), dim, dtype=dtype), props, dim, dtype)
+
+    def build(key, loc, scale):
+        return adversary.build(key, dim, loc=loc, scale=scale, dtype=dtype)
+
+    # The graph definition from shapes alone (nnx.eval_shape): no array is computed, so building a
+    # trainer runs no eager operation (each would be a separate program to load at cold start).
+    graphdef = nnx.split(
+        nnx.eval_shape(lambda: build(jax.random.key(0), None, None)), nnx.Param, ...
+    )[0]
+    kind = objective_kind(divergence, props, tight)
+    fns = objective_functions(kind, divergence.name, divergence.convention)
+    apply, value, loss = _apply_value_loss(graphdef, fns, divergence)
+    init, init_standardised = _initialisers(build, tx, dtype)
+    step = _line_search_step(loss, tx) if line_search else _gradient_step(loss, tx)
+    out = Trainer(
+        init,
+        step,
+        value,
+        apply,
+        init_standardised,
+        graphdef,
+        props,
+        kind,
+        label,
+        is_default,
+        line_search,
+    )
+    if is_default or line_search:
+        _register_built_in(out, adversary, divergence, dim, learning_rate, tight, dtype)
+    return out
+
+
+def _optimizer(optimizer, learning_rate: float) -> tuple[optax.GradientTransformation, bool, bool]:
+    """The optimiser :func:`trainer` names: (transformation, is the default, is L-BFGS)."""
     line_search = isinstance(optimizer, str) and optimizer == "lbfgs"
     if isinstance(optimizer, str) and optimizer not in ("adam", "lbfgs"):
         raise InvalidParameterError(
@@ -279,22 +319,11 @@ def trainer(
             f"optimizer={optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
             "optax.GradientTransformation"
         )
-    adversary = as_class(adversary, properties)
-    props = spec_properties(adversary)
-    label = adversary.label
-    if isinstance(adversary, CustomAdversary):
-        check_properties(adversary.build(jax.random.key(0), dim, dtype=dtype), props, dim, dtype)
+    return tx, is_default, line_search
 
-    def build(key, loc, scale):
-        return adversary.build(key, dim, loc=loc, scale=scale, dtype=dtype)
 
-    # The graph definition from shapes alone (nnx.eval_shape): no array is computed, so building a
-    # trainer runs no eager operation (each would be a separate program to load at cold start).
-    graphdef = nnx.split(
-        nnx.eval_shape(lambda: build(jax.random.key(0), None, None)), nnx.Param, ...
-    )[0]
-    kind = objective_kind(divergence, props, tight)
-    fns = objective_functions(kind, divergence.name, divergence.convention)
+def _apply_value_loss(graphdef, fns, divergence: Divergence) -> tuple[Callable, Callable, Callable]:
+    """The class's outputs, its validation criterion and its training loss: (apply, value, loss)."""
 
     def apply(params, rest, x):
         return nnx.merge(graphdef, params, rest)(x)
@@ -317,6 +346,12 @@ def trainer(
         v = fns.value(h_p, h_q, _alpha(alpha))
         return -v + fns.penalty(h_p, h_q), v
 
+    return apply, value, loss
+
+
+def _initialisers(build, tx: optax.GradientTransformation, dtype) -> tuple[Callable, Callable]:
+    """``init`` (standardised by a reference sample) and ``init_standardised`` (by loc and scale)."""
+
     def init_standardised(key, loc, scale):
         _, params, rest = nnx.split(build(key, loc, scale), nnx.Param, ...)
         return TrainState(params, rest, tx.init(params))
@@ -327,6 +362,12 @@ def trainer(
         spread = jnp.std(x_reference, axis=0)
         return init_standardised(key, loc, jnp.where(spread > 0, spread, 1.0))
 
+    return init, init_standardised
+
+
+def _gradient_step(loss: Callable, tx: optax.GradientTransformation) -> Callable:
+    """One optimiser step on a minibatch (Adam or a user's optax transformation)."""
+
     def step(key, state, batch, alpha=None):
         del key  # the optimisers are deterministic; the key is first for the blackjax signature
         (total, v), grad = jax.value_and_grad(loss, has_aux=True)(
@@ -335,6 +376,12 @@ def trainer(
         updates, opt_state = tx.update(grad, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         return TrainState(params, state.rest, opt_state), StepInfo(v, total)
+
+    return step
+
+
+def _line_search_step(loss: Callable, tx: optax.GradientTransformation) -> Callable:
+    """One L-BFGS step with its zoom line search (full batch)."""
 
     def line_search_step(key, state, batch, alpha=None):
         del key
@@ -350,22 +397,7 @@ def trainer(
         # L-BFGS's value_fn must return the loss alone: the curve shows -loss (objective - penalty).
         return TrainState(params, state.rest, opt_state), StepInfo(-total, total)
 
-    out = Trainer(
-        init,
-        line_search_step if line_search else step,
-        value,
-        apply,
-        init_standardised,
-        graphdef,
-        props,
-        kind,
-        label,
-        is_default,
-        line_search,
-    )
-    if is_default or line_search:
-        _register_built_in(out, adversary, divergence, dim, learning_rate, tight, dtype)
-    return out
+    return line_search_step
 
 
 def _register_built_in(t: Trainer, adversary, divergence, dim, learning_rate, tight, dtype) -> None:

@@ -1068,6 +1068,29 @@ def _sample_chunks(
         yield x if m == rows else Padded(x, m)
 
 
+def _as_pair(pair: Any):
+    """A :class:`~cbdp_jax.mechanisms.NeighbouringPair` (a mechanism stands for its canonical pair)."""
+    from cbdp_jax._src.mechanisms import Mechanism, NeighbouringPair, canonical_pair
+
+    if isinstance(pair, Mechanism):
+        pair = canonical_pair(pair)
+    if not isinstance(pair, NeighbouringPair):
+        raise InvalidParameterError(
+            f"pair={pair!r} is invalid: must be a NeighbouringPair or a Mechanism"
+        )
+    return pair
+
+
+def _sample_sizes(samples: Any, val_samples: Any, test_samples: Any) -> tuple[int, int, int]:
+    """Training, validation and test samples per side, checked (defaults max(samples // 4, 1000), samples)."""
+    samples = check_int_at_least("samples", samples, 2)
+    val_samples = max(samples // 4, 1000) if val_samples is None else val_samples
+    val_samples = check_int_at_least("val_samples", val_samples, 2)
+    test_samples = samples if test_samples is None else test_samples
+    test_samples = check_int_at_least("test_samples", test_samples, 2)
+    return samples, val_samples, test_samples
+
+
 def estimate(
     key: jax.Array,
     pair: Any,
@@ -1122,21 +1145,10 @@ def estimate(
       True
 
     """
-    from cbdp_jax._src.mechanisms import Mechanism, NeighbouringPair, canonical_pair
-
     t0 = time.perf_counter()
     key = check_key(key)
-    if isinstance(pair, Mechanism):
-        pair = canonical_pair(pair)
-    if not isinstance(pair, NeighbouringPair):
-        raise InvalidParameterError(
-            f"pair={pair!r} is invalid: must be a NeighbouringPair or a Mechanism"
-        )
-    samples = check_int_at_least("samples", samples, 2)
-    val_samples = max(samples // 4, 1000) if val_samples is None else val_samples
-    val_samples = check_int_at_least("val_samples", val_samples, 2)
-    test_samples = samples if test_samples is None else test_samples
-    test_samples = check_int_at_least("test_samples", test_samples, 2)
+    pair = _as_pair(pair)
+    samples, val_samples, test_samples = _sample_sizes(samples, val_samples, test_samples)
     named = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     spec, domain_note = kl_domain_reduction(pair.mechanism, named, div.name)

@@ -10,7 +10,7 @@ Examples:
   >>> scores = rng.normal(size=1000) + 4.0 * included  # a 4-GDP run's canary scores
   >>> bound = one_run.one_run_audit(scores, included, delta=1e-5, level=0.95, method="fdp")
   >>> bound.epsilon > 1.0, bound.family_size
-  (True, 28)
+  (True, 7)
 
 """
 

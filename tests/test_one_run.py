@@ -105,9 +105,25 @@ def test_count_correct_matches_a_direct_count():
     rng = np.random.default_rng(0)
     scores, inc = rng.normal(size=50), rng.random(50) < 0.5
     order = np.argsort(-scores)
-    for kp, km in [(10, 0), (0, 7), (20, 30), (25, 25)]:
-        want = inc[order[:kp]].sum() + (~inc[order[50 - km :]]).sum()
-        assert orun.count_correct(scores, inc, [(kp, km)])[0] == want
+    choices = [(10, 0), (0, 7), (20, 30), (25, 25)]
+    fixed, k_plus = orun.count_correct(scores, inc, choices, centered=False)
+    for (kp, km), got, got_kp in zip(choices, fixed, k_plus, strict=True):
+        assert got == inc[order[:kp]].sum() + (~inc[order[50 - km :]]).sum() and got_kp == kp
+    centered, k_plus = orun.count_correct(scores, inc, choices)
+    d = scores - scores.mean()
+    far = np.argsort(-np.abs(d))
+    for (kp, km), got, got_kp in zip(choices, centered, k_plus, strict=True):
+        if kp and km:
+            pick = far[: kp + km]
+            assert got == np.sum((d[pick] >= 0) == inc[pick]) and got_kp == np.sum(d[pick] >= 0)
+
+
+def test_centered_guesses_follow_tied_scores():
+    """Binary scores: the two-sided choice of all m guesses says "in" exactly where the score is 1."""
+    inc = np.array([1, 1, 0, 0, 1, 0, 1], bool)
+    scores = np.array([1, 0, 0, 0, 1, 1, 1], float)
+    correct, k_plus = orun.count_correct(scores, inc, [(4, 3)])
+    assert k_plus[0] == 4 and correct[0] == 5
 
 
 def _rr(rng, eps: float, m: int):
@@ -149,18 +165,19 @@ def test_strongly_non_private_run_gives_a_clearly_positive_bound():
     for method in orun.METHODS:
         b = orun.one_run_audit(scores, inc, delta=1e-5, method=method)
         assert b.epsilon > 2.0, b
-        assert b.correct <= b.k_plus + b.k_minus and b.family_size == 28
+        assert b.correct <= b.k_plus + b.k_minus and b.family_size == 7
 
 
 def test_soundness_check_catches_a_bound_without_the_union_correction():
     """Negative control: the maximum over 28 choices, each at beta (no Bonferroni), is unsound."""
     rng, eps, m = np.random.default_rng(11), 1.0, 1000
-    choices = orun.guess_candidates(m)
+    choices = orun.guess_candidates(m, ratio=math.sqrt(2.0), one_sided=True)
+    assert len(choices) == 28
     guesses = np.array([kp + km for kp, km in choices])
     over = 0
     for _ in range(N_REPEATS):
         s, inc = _rr(rng, eps, m)
-        correct = orun.count_correct(s, inc, choices)
+        correct = orun.count_correct(s, inc, choices)[0]
         over += orun.fdp_epsilon(m, guesses, correct, delta=0.0, beta=BETA)[0] > eps
     print("uncorrected exceedances of", N_REPEATS, over, "allowed", ALLOWED)
     assert over > ALLOWED, over

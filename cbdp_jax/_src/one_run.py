@@ -252,38 +252,63 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return hi
 
 
-def guess_candidates(m: int, *, ratio: float = math.sqrt(2.0), smallest: int = 8):
+def guess_candidates(
+    m: int, *, ratio: float = 2.0, smallest: int = 8, one_sided: bool = False
+) -> tuple[tuple[int, int], ...]:
     """The default family of (k_plus, k_minus) choices, fixed before any score is seen.
 
-    Guess counts r = m, m / ratio, m / ratio^2, ... down to ``smallest``; for each, a two-sided choice
-    (ceil(r / 2) highest "in", floor(r / 2) lowest "out") and a one-sided one (r highest "in").
-    For m = 1,000 that is 2 x 14 = 28 choices (each tested at beta / 28); for m = 10,000, 42.
+    Guess counts r = m, m / ratio, m / ratio^2, ... down to ``smallest``; for each a two-sided choice
+    (ceil(r / 2), floor(r / 2)) and, with ``one_sided``, also (r, 0). For m = 1,000 the default is 7
+    choices (each tested at beta / 7), for m = 10,000 it is 11. A small family matters: every
+    doubling of K costs about as much as losing a quarter of the canaries (benchmark in
+    docs/theory/one_run.md).
     """
     m = check_int_at_least("m", m, 1)
+    check_in_range("ratio", ratio, 1.0, math.inf, low_open=True)
     counts, r = [], float(m)
     while r >= min(smallest, m) and int(round(r)) not in counts:
         counts.append(int(round(r)))
         r /= ratio
     out = []
     for r in counts:
-        out += [((r + 1) // 2, r // 2), (r, 0)]
+        out += [((r + 1) // 2, r // 2)] + ([(r, 0)] if one_sided else [])
     return tuple(dict.fromkeys(out))
 
 
-def count_correct(scores, included, choices: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Correct guesses of each (k_plus, k_minus): "in" on the highest scores, "out" on the lowest.
+def count_correct(
+    scores, included, choices: Sequence[tuple[int, int]], *, centered: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Correct guesses and realised "in" guesses of each (k_plus, k_minus) choice.
 
-    Ties are broken by canary index (the inclusions are independent of the index, so this is a
-    post-processing of the run's output). ``scores`` and ``included`` are ``[m]``.
+    A one-sided choice (k_minus = 0 or k_plus = 0) guesses "in" on the k_plus highest (or "out" on
+    the k_minus lowest) scores. A two-sided choice with ``centered`` makes r = k_plus + k_minus guesses
+    on the r scores farthest from the mean score, "in" above it and "out" below (the split follows the
+    scores, so ties and unequal groups cost nothing); without ``centered`` the split is fixed.
+    Both are functions of the scores alone, i.e. post-processing of the run, as the bounds require.
+    Ties are broken by canary index (independent of the inclusions). ``scores``, ``included``: ``[m]``.
+
+    Returns:
+      ``(correct, k_plus)``: ``[K]`` correct guesses and ``[K]`` "in" guesses made.
+
     """
-    order = np.argsort(-np.asarray(scores, np.float64), kind="stable")
-    inc = np.asarray(included, bool)[order]
-    cum_in = np.concatenate([[0], np.cumsum(inc)])  # "in" among the j highest
-    m, total_in = inc.size, int(cum_in[-1])
+    s, inc = np.asarray(scores, np.float64), np.asarray(included, bool)
     kp = np.array([c[0] for c in choices], int)
     km = np.array([c[1] for c in choices], int)
-    out_low = km - (total_in - cum_in[m - km])  # "out" among the k_minus lowest
-    return cum_in[kp] + out_low
+    order = np.argsort(-s, kind="stable")
+    cum_in = np.concatenate([[0], np.cumsum(inc[order])])  # "in" among the j highest
+    m, total_in = s.size, int(cum_in[-1])
+    correct = cum_in[kp] + km - (total_in - cum_in[m - km])  # "out" among the k_minus lowest
+    k_plus = kp.copy()
+    if centered:
+        d = s - s.mean()
+        far = np.argsort(-np.abs(d), kind="stable")
+        up = d[far] >= 0.0
+        cum_ok = np.concatenate([[0], np.cumsum(up == inc[far])])
+        cum_up = np.concatenate([[0], np.cumsum(up)])
+        two = (kp > 0) & (km > 0)
+        correct = np.where(two, cum_ok[kp + km], correct)
+        k_plus = np.where(two, cum_up[kp + km], kp)
+    return correct, k_plus
 
 
 def _check_inputs(scores, included, delta, level, method, choices):
@@ -329,7 +354,7 @@ def _steinke_best(m, choices, correct, delta, tau) -> tuple[float, int]:
 
 def one_run_audit(
     scores, included, *, delta: float = 1e-5, level: float = 0.95, method: str = "steinke",
-    choices: Sequence[tuple[int, int]] | None = None,
+    choices: Sequence[tuple[int, int]] | None = None, centered: bool = True,
 ) -> OneRunBound:  # fmt: skip
     """An epsilon lower bound from one run's canary scores (module docstring for the bounds).
 
@@ -343,6 +368,8 @@ def one_run_audit(
       method: ``'steinke'``, ``'fdp'`` or ``'gdp'``.
       choices: The (k_plus, k_minus) family, fixed before seeing the scores (default
         :func:`guess_candidates`); each is tested at beta / K and the largest bound is reported.
+      centered: Two-sided choices guess on the scores farthest from the mean score, the split
+        between "in" and "out" following the scores (:func:`count_correct`).
 
     Returns:
       A :class:`OneRunBound`.
@@ -355,7 +382,7 @@ def one_run_audit(
     choices = tuple(choices) if choices is not None else guess_candidates(np.size(scores))
     s, inc = _check_inputs(scores, included, delta, level, method, choices)
     m, tau = s.size, (1.0 - level) / len(choices)
-    correct = count_correct(s, inc, choices)
+    correct, k_plus = count_correct(s, inc, choices, centered=centered)
     guesses = np.array([kp + km for kp, km in choices])
     mu = math.nan
     if method == "steinke":
@@ -365,7 +392,7 @@ def one_run_audit(
     else:
         mu, who = fdp_gdp_mu(m, guesses, correct, beta=tau)
         eps = gdp_epsilon(mu, delta)
-    kp, km = choices[who] if who >= 0 else (0, 0)
+    kp, km = (int(k_plus[who]), int(guesses[who] - k_plus[who])) if who >= 0 else (0, 0)
     return OneRunBound(
         float(eps), method, int(kp), int(km), int(correct[who]) if who >= 0 else 0, m,
         float(level), float(delta), len(choices), float(mu), _GUARANTEE[method],

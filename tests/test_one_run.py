@@ -101,6 +101,10 @@ def test_gdp_epsilon_inverts_gdp_delta(mu, delta):
     assert gdp_delta(mu, orun.gdp_epsilon(mu, delta)) == pytest.approx(delta, rel=1e-6)
 
 
+def test_gdp_epsilon_at_delta_zero_is_infinite():
+    assert orun.gdp_epsilon(1.0, 0.0) == math.inf and orun.gdp_epsilon(0.0, 0.0) == 0.0
+
+
 def test_count_correct_matches_a_direct_count():
     rng = np.random.default_rng(0)
     scores, inc = rng.normal(size=50), rng.random(50) < 0.5
@@ -189,7 +193,8 @@ def test_soundness_check_catches_a_bound_without_the_union_correction():
      ({"included": [1, 0]}, "included"), ({"included": [2, 0, 1]}, "included"),
      ({"delta": 1.0}, "delta"), ({"delta": -0.1}, "delta"), ({"level": 0.0}, "level"),
      ({"level": 1.0}, "level"), ({"method": "nope"}, "method"), ({"choices": [(0, 0)]}, "choices"),
-     ({"choices": [(3, 1)]}, "choices")],
+     ({"choices": [(3, 1)]}, "choices"), ({"choices": []}, "choices"),
+     ({"scores": []}, "scores")],
 )  # fmt: skip
 def test_bad_input_names_the_parameter(kwargs, name):
     args = {"scores": [0.5, 0.1, 0.9], "included": [1, 0, 1]} | kwargs

@@ -240,9 +240,14 @@ def fdp_gdp_mu(m, guesses, correct, *, beta: float) -> tuple[float, int]:
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
-    """The eps of mu-GDP at ``delta``, the root of Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = delta."""
+    """The eps of mu-GDP at ``delta``, the root of Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = delta.
+
+    0 when mu = 0 (or delta is already met at eps = 0), infinite when delta = 0 and mu > 0.
+    """
     if mu <= 0.0 or gdp_delta(mu, 0.0) <= delta:
         return 0.0
+    if delta <= 0.0:
+        return math.inf
     lo, hi = 0.0, 1.0
     while gdp_delta(mu, hi) > delta:
         lo, hi = hi, 2.0 * hi
@@ -311,7 +316,7 @@ def count_correct(
     return correct, k_plus
 
 
-def _check_inputs(scores, included, delta, level, method, choices):
+def _check_inputs(scores, included, delta, level, method):
     s = np.asarray(scores, np.float64)
     if s.ndim != 1 or s.size < 1 or not np.all(np.isfinite(s)):
         raise InvalidParameterError(
@@ -325,13 +330,20 @@ def _check_inputs(scores, included, delta, level, method, choices):
     check_in_range("delta", delta, 0.0, 1.0, high_open=True)
     check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     check_choice("method", method, METHODS)
+    return s, inc.astype(bool)
+
+
+def _check_choices(choices, m: int) -> tuple[tuple[int, int], ...]:
+    choices = tuple((int(kp), int(km)) for kp, km in choices)
+    if not choices:
+        raise InvalidParameterError("choices=() is invalid: need at least one (k_plus, k_minus)")
     for kp, km in choices:
-        if min(kp, km) < 0 or kp + km < 1 or kp + km > s.size:
+        if min(kp, km) < 0 or kp + km < 1 or kp + km > m:
             raise InvalidParameterError(
                 f"choices entry {(kp, km)!r} is invalid: need k_plus, k_minus >= 0 and "
-                f"1 <= k_plus + k_minus <= m = {s.size}"
+                f"1 <= k_plus + k_minus <= m = {m}"
             )
-    return s, inc.astype(bool)
+    return choices
 
 
 def _steinke_best(m, choices, correct, delta, tau) -> tuple[float, int]:
@@ -379,8 +391,8 @@ def one_run_audit(
         and its allowed range.
 
     """
-    choices = tuple(choices) if choices is not None else guess_candidates(np.size(scores))
-    s, inc = _check_inputs(scores, included, delta, level, method, choices)
+    s, inc = _check_inputs(scores, included, delta, level, method)
+    choices = _check_choices(guess_candidates(s.size) if choices is None else choices, s.size)
     m, tau = s.size, (1.0 - level) / len(choices)
     correct, k_plus = count_correct(s, inc, choices, centered=centered)
     guesses = np.array([kp + km for kp, km in choices])

@@ -645,33 +645,14 @@ def estimate_cmd(
     check_choice("format", output_format, FORMATS)
     if out is not None:
         check_output_folder("out", out)
-    args = {
-        "mechanism": mechanism,
-        "epsilon": epsilon,
-        "sigma": sigma,
-        "sensitivity": _parse_sensitivity(sensitivity),
-        "k": k,
-        "adversary": adversary,
-        "width": width,
-        "depth": depth,
-        "degree": degree,
-        "features": features,
-        "bound": bound,
-        "divergence": divergence,
-        "alpha": alpha,
-        "samples": samples,
-        "test_samples": test_samples,
-        "steps": steps,
-        "ensemble": ensemble,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "confidence": confidence,
-        "both_directions": both_directions,
-        "guarantee": guarantee,
-        "target": target,
-        "dtype": dtype,
-        "seed": seed,
-    }
+    args = dict(
+        mechanism=mechanism, epsilon=epsilon, sigma=sigma,
+        sensitivity=_parse_sensitivity(sensitivity), k=k, adversary=adversary, width=width,
+        depth=depth, degree=degree, features=features, bound=bound, divergence=divergence,
+        alpha=alpha, samples=samples, test_samples=test_samples, steps=steps, ensemble=ensemble,
+        batch_size=batch_size, learning_rate=learning_rate, confidence=confidence,
+        both_directions=both_directions, guarantee=guarantee, target=target, dtype=dtype, seed=seed,
+    )  # fmt: skip
     if p_samples is not None or q_samples is not None:
         args.update(p_samples=_path_or_none(p_samples), q_samples=_path_or_none(q_samples))
         _check_sample_files(args, _given(ctx, ("mechanism", "samples", "test_samples")))
@@ -850,8 +831,6 @@ def audit_cmd(
 
     Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
     """
-    import jax
-
     from cbdp_jax._src import audit as au
     from cbdp_jax._src.io import to_json
 
@@ -865,6 +844,20 @@ def audit_cmd(
     )  # fmt: skip
     if suite:
         return _audit_suite(config, seed, output_format, out)
+    result = _audit_one(mechanism, claim, (d, d_prime, space, pairs), config, seed)
+    _emit_audit(result, output_format, out)
+    if output_format == "json":
+        typer.echo(to_json(result.to_dict()))
+    if result.violation:
+        raise typer.Exit(1)  # a script can tell: 1 = violation certified (0 = none, 2 = bad input)
+
+
+def _audit_one(mechanism, claim, where, config, seed):
+    """Audits one user mechanism: checks the arguments, finds or takes the pair, certifies."""
+    import jax
+
+    from cbdp_jax._src import audit as au
+
     if mechanism is None:
         raise InvalidParameterError(
             "mechanism=None is invalid: give FILE.py:FUNCTION or MODULE:FUNCTION, or --suite"
@@ -873,16 +866,11 @@ def audit_cmd(
         raise InvalidParameterError("claim=None is invalid: must be given, e.g. --claim pure:1")
     parsed = au.parse_claim(claim)
     mech = au.load_mechanism(mechanism)
-    pair, space_obj, candidates = _audit_pairs(d, d_prime, space, pairs)
-    result = au.audit(
+    pair, space_obj, candidates = _audit_pairs(*where)
+    return au.audit(
         jax.random.key(seed), mech, parsed, pair=pair, space=space_obj, candidates=candidates,
         config=config,
     )  # fmt: skip
-    _emit_audit(result, output_format, out)
-    if output_format == "json":
-        typer.echo(to_json(result.to_dict()))
-    if result.violation:
-        raise typer.Exit(1)  # a script can tell: 1 = violation certified (0 = none, 2 = bad input)
 
 
 def _parse_classes(text: str) -> tuple[str, ...]:

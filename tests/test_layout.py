@@ -92,3 +92,23 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (found := visit(node, [node])):
             return found
     return None
+
+
+LONGEST_FUNCTION = 100  # lines, docstring and option declarations included
+
+
+def _long_functions(source: str, name: str) -> list[str]:
+    return [
+        f"{name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+    ]
+
+
+def test_no_function_in_the_package_is_longer_than_a_screenful_or_two():
+    long = [f for p in layout.modules() for f in _long_functions(p.read_text(), p.name)]
+    assert not long, f"split these by concern: {long}"
+    # negative control: a function of 101 lines is caught
+    body = "".join(f"    x{i} = {i}\n" for i in range(100))
+    assert _long_functions(f"def f():\n{body}", "t.py") == ["t.py:f (101 lines)"]

@@ -23,6 +23,15 @@ THEOREM_EXPERIMENTS = (
     "capacity_curve",
     "on_average_kl",
 )
+# 20-40 s each on 2 cores: two run by default (the capacity curve also feeds the resume test), the
+# other four with -m slow, which CI runs too (.ci/run).
+DEFAULT_RUN = ("composition", "capacity_curve")
+
+
+def _marked(names):
+    return [
+        pytest.param(n, marks=() if n in DEFAULT_RUN else (pytest.mark.slow,), id=n) for n in names
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,7 @@ def outputs(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", THEOREM_EXPERIMENTS)
+@pytest.mark.parametrize("name", _marked(THEOREM_EXPERIMENTS))
 def test_quick_run_writes_outputs_and_every_claim_holds(outputs, name):
     folder, summary = outputs(name)
     for ext in ("png", "csv", "json"):
@@ -62,7 +71,7 @@ def _rows(folder, name):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # wall time aside
 
 
-@pytest.mark.parametrize("name", ["capacity_curve", "convexity"])
+@pytest.mark.parametrize("name", _marked(["capacity_curve", "convexity"]))
 def test_experiment_resumes_from_its_unit_checkpoints(outputs, name):
     folder, first = outputs(name)
     units = sorted((folder / ".units" / f"{name}-quick").glob("*.json"))

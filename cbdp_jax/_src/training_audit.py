@@ -411,10 +411,7 @@ def make_run(problem: TrainingProblem, prep: Prepared):
         (final, _, over), z = jax.lax.scan(body, carry0, jnp.arange(problem.steps))
         if threat == "gradient":
             if llr:
-                a = (2.0 * z - 1.0) / (2.0 * s2)
-                score = jnp.sum(
-                    jnp.logaddexp(math.log1p(-q) if q < 1 else -jnp.inf, math.log(q) + a)
-                )
+                score = _llr(sampler, n, q, (2.0 * z - 1.0) / (2.0 * s2))
             else:
                 score = jnp.sum(z)
         elif threat == "white-box":
@@ -426,6 +423,21 @@ def make_run(problem: TrainingProblem, prep: Prepared):
         return RunOutput(score, z, over)
 
     return run
+
+
+def _llr(sampler: BatchSampler, n: int, q: float, a: jax.Array) -> jax.Array:
+    """The log-likelihood ratio of the canary coordinates, a_t = (2 z_t - 1) / (2 S^2) ``[T]``.
+
+    Poisson and fixed-size batches hold the canary at each step independently with probability q:
+    sum_t log(1 - q + q e^{a_t}). Shuffled batches hold it at exactly one step of each epoch, uniform:
+    sum_epochs log(mean_{t in epoch} e^{a_t}), the steps of an unfinished epoch counting e^0 = 1.
+    """
+    if sampler.kind == "shuffle":
+        per = sampler.steps_per_epoch(n)
+        epochs = -(-a.shape[0] // per)
+        padded = jnp.concatenate([a, jnp.zeros(epochs * per - a.shape[0], a.dtype)])
+        return jnp.sum(jax.nn.logsumexp(padded.reshape(epochs, per), axis=1) - math.log(per))
+    return jnp.sum(jnp.logaddexp(math.log1p(-q) if q < 1 else -jnp.inf, math.log(q) + a))
 
 
 def _many(problem: TrainingProblem, run, key: jax.Array, present, n: int) -> RunOutput:
@@ -481,15 +493,33 @@ def default_claim(problem: TrainingProblem, delta: float = 1e-5) -> str:
     )
 
 
-def training_audit_config(**overrides) -> Any:
-    """The audit's budgets for 1-D training scores: threshold and histogram critics, a finer eps grid."""
+def eps_grid_for(epsilon: float) -> tuple[float, ...]:
+    """Grid multiples of the claimed eps: eps' in {0.25, 0.5, 1, 2, 4, 8} below it, and eps itself.
+
+    A ``dpsgd:`` claim is the accountant's whole curve, so points well below the claimed eps are
+    claims in their own right (where a shuffled run's excess shows, docs/theory/training_audit.md).
+    """
+    if not epsilon > 0:
+        return (1.0,)
+    points = [e for e in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0) if e < 0.95 * epsilon]
+    return tuple(e / epsilon for e in points) + (1.0,)
+
+
+def training_audit_config(epsilon: float = 1.0, **overrides) -> Any:
+    """The audit's budgets for 1-D scores: threshold and histogram critics, 10^4 runs per side.
+
+    The grid is :func:`eps_grid_for` the claimed ``epsilon``; ``overrides`` replace any field.
+    """
     from cbdp_jax._src.audit import AuditConfig
 
     base = dict(
-        samples=10_000, classes=("halfspace", "histogram"),
-        eps_grid=(0.25, 0.5, 0.75, 1.0, 1.25), screen_samples=100,
+        samples=10_000, classes=("halfspace", "histogram"), eps_grid=eps_grid_for(epsilon),
+        screen_samples=100,
     )  # fmt: skip
     return AuditConfig(**(base | overrides))
+
+
+_MECHANISMS: dict[int, tuple[TrainingProblem, AuditMechanism]] = {}
 
 
 def audit_training(
@@ -503,7 +533,8 @@ def audit_training(
       problem: The :class:`TrainingProblem`.
       claim: ``pure:``, ``approx:`` or ``dpsgd:`` text; default :func:`default_claim`.
       delta: The default claim's delta.
-      config: An :class:`~cbdp_jax.audit.AuditConfig` (default :func:`training_audit_config`).
+      config: An :class:`~cbdp_jax.audit.AuditConfig` (default :func:`training_audit_config` at the
+        claim's epsilon).
 
     Returns:
       The :class:`~cbdp_jax.audit.AuditResult` of :func:`cbdp_jax.audit.audit` on the pair
@@ -522,6 +553,10 @@ def audit_training(
         raise InvalidParameterError(
             f"claim={text!r} is invalid: a training audit checks pure:, approx: or dpsgd: claims"
         )
-    mech = training_mechanism(problem)
-    config = training_audit_config() if config is None else config
+    mech = _MECHANISMS.get(id(problem), (None, None))[1]
+    if _MECHANISMS.get(id(problem), (None,))[0] is not problem:
+        mech = training_mechanism(problem)
+        _MECHANISMS.clear()  # one problem's compiled program kept: audits of it with other keys reuse it
+        _MECHANISMS[id(problem)] = (problem, mech)
+    config = training_audit_config(parsed.epsilon) if config is None else config
     return audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)

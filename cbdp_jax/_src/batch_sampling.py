@@ -23,6 +23,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -127,9 +128,13 @@ class BatchSampler:
     def masks(self, key: jax.Array, n: int, steps: int) -> jax.Array:
         """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``indices``)."""
         self.check_size(n)
+        return _masks(self, key, n, steps)
 
-        def one(t):
-            idx, valid, _ = self.indices(key, t, n)
-            return jnp.zeros(n, bool).at[idx].max(valid)
 
-        return jax.vmap(one)(jnp.arange(steps))
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))
+def _masks(sampler: BatchSampler, key: jax.Array, n: int, steps: int) -> jax.Array:
+    def one(t):
+        idx, valid, _ = sampler.indices(key, t, n)
+        return jnp.zeros(n, bool).at[idx].max(valid)
+
+    return jax.vmap(one)(jnp.arange(steps))

@@ -443,7 +443,9 @@ def _llr(sampler: BatchSampler, n: int, q: float, a: jax.Array) -> jax.Array:
 def _many(problem: TrainingProblem, run, key: jax.Array, present, n: int) -> RunOutput:
     """Runs n trainings (keys split from ``key``), vmapped in chunks of ``problem.chunk`` by ``lax.map``."""
     keys = jax.random.split(key, n)
-    return jax.lax.map(lambda k: run(k, present), keys, batch_size=min(problem.chunk, n))
+    if n <= problem.chunk:
+        return jax.vmap(run, in_axes=(0, None))(keys, present)
+    return jax.lax.map(lambda k: run(k, present), keys, batch_size=problem.chunk)
 
 
 def training_mechanism(problem: TrainingProblem, prep: Prepared | None = None) -> AuditMechanism:
@@ -460,11 +462,29 @@ def training_mechanism(problem: TrainingProblem, prep: Prepared | None = None) -
         present = jnp.asarray(dataset, jnp.float32).reshape(-1)[0]
         return _many(problem, run, key, present, n).score
 
-    return AuditMechanism(fn, problem.name)
+    return TrainingMechanism(fn, problem.name, problem=problem, prep=prep)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingMechanism(AuditMechanism):
+    """An :class:`~cbdp_jax.audit.AuditMechanism` whose samples come from :func:`training_runs`.
+
+    ``sample`` runs the trainings in the compiled program :func:`training_runs` keeps per run count,
+    so an audit's D and D' samples, and any other call with the same count, share one compilation.
+    """
+
+    problem: TrainingProblem
+    prep: Prepared
+
+    def sample(self, key: jax.Array, dataset: Any, n: int) -> np.ndarray:
+        """The scores of n runs on D (``dataset = [1]``) or D' (``[0]``), float64 ``[n, 1]``."""
+        present = float(np.asarray(dataset, np.float64).reshape(-1)[0])
+        out = training_runs(key, self.problem, n, canary=present, prep=self.prep)
+        return np.asarray(out.score, np.float64)[:, None]
 
 
 def training_runs(
-    key: jax.Array, problem: TrainingProblem, n: int, *, canary: bool = True,
+    key: jax.Array, problem: TrainingProblem, n: int, *, canary: bool | float = True,
     prep: Prepared | None = None,
 ) -> RunOutput:  # fmt: skip
     """N independent trainings on D (``canary=True``) or D', in one jit-compiled program.
@@ -476,9 +496,18 @@ def training_runs(
     check_key(key)
     n = check_int_at_least("runs", n, 1)
     prep = prepare(problem) if prep is None else prep
-    run = make_run(problem, prep)
-    out = jax.jit(lambda k, present: _many(problem, run, k, present, n))(key, float(canary))
+    cached = _PROGRAMS.get((id(problem), id(prep), n))
+    if cached is None or cached[0] is not problem or cached[1] is not prep:
+        run = make_run(problem, prep)
+        program = jax.jit(lambda k, present: _many(problem, run, k, present, n))
+        if len(_PROGRAMS) >= 4:  # the last few programs kept: D and D' (and other keys) reuse them
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        cached = _PROGRAMS[(id(problem), id(prep), n)] = (problem, prep, program)
+    out = cached[2](key, jnp.float32(canary))
     return RunOutput(*(np.asarray(a) for a in out))
+
+
+_PROGRAMS: dict[tuple[int, int, int], tuple[TrainingProblem, Prepared, Any]] = {}
 
 
 def default_claim(problem: TrainingProblem, delta: float = 1e-5) -> str:

@@ -219,3 +219,46 @@ def test_each_planted_bug_is_certified_in_19_of_20_audits(bug):
         ta.audit_training(jax.random.key(s), problem, config=config).violation for s in range(20)
     ]
     assert sum(hits) >= 19, hits
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "cbdp_jax.cli", "audit-training", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow  # a subprocess that imports JAX and compiles: 15-50 s on 2 shared cores
+def test_cli_audit_training_runs_and_reports_json(tmp_path):
+    import json
+
+    proc = _cli(
+        "--data", "synthetic", "--examples", "31", "--rate", "0.125", "--steps", "8",
+        "--runs", "2000", "--bug", "noise-after-averaging", "--format", "json",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a certified violation
+    record = json.loads(proc.stdout)
+    assert record["violation"] and record["training"]["bug"] == "noise-after-averaging"
+    assert record["claimed"]["source"]["rate"] == 0.125 and record["samples_per_side"] == 2000
+    assert (tmp_path / "out" / "audit.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--data", "synthetic", "--rate", "1.5"], "rate=1.5 is invalid"),
+        (
+            ["--data", "synthetic", "--step", "optax", "--bug", "no-clip"],
+            "bug='no-clip' is invalid",
+        ),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
+    proc = _cli(*args)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -204,6 +204,7 @@ def test_twenty_audits_of_correct_runs_are_never_flagged(noise):
     flagged = [
         ta.audit_training(jax.random.key(s), problem, config=config).violation for s in range(20)
     ]
+    print(f"correct runs, noise {noise}: {sum(flagged)} of 20 audits flagged")
     assert sum(flagged) == 0, flagged
 
 
@@ -218,6 +219,7 @@ def test_each_planted_bug_is_certified_in_19_of_20_audits(bug):
     hits = [
         ta.audit_training(jax.random.key(s), problem, config=config).violation for s in range(20)
     ]
+    print(f"{bug}: certified in {sum(hits)} of 20 audits")
     assert sum(hits) >= 19, hits
 
 

@@ -1,17 +1,21 @@
 """Batch samplers of DP training: Poisson, shuffled epochs and fixed-size batches, as fixed-shape masks.
 
-A sampler is a frozen value object; ``indices(key, t, n)`` is a pure function of a typed key and the
-step t that returns the step's batch as ``capacity`` indices into the n examples and a validity mask,
-so a training loop under ``jit`` / ``vmap`` / ``lax.scan`` has static shapes whatever the batch size.
-``masks(key, n, steps)`` gives the same batches as ``[steps, n]`` boolean inclusion masks.
+A sampler is a frozen value object. ``plan(key, n, steps)`` is what a run draws once from its typed key
+(the key itself, or the shuffled epochs' permutations), and ``batch(plan, t, n)`` is a pure function
+of it and the step t that returns the step's batch as ``capacity`` indices into the n examples and a
+validity mask, so a training loop under ``jit`` / ``vmap`` / ``lax.scan`` has static shapes whatever
+the batch size. ``masks(key, n, steps)`` gives the same batches as ``[steps, n]`` inclusion masks.
 
 * ``'poisson'``: each example is in each batch independently with probability ``rate`` (what the
-  DP-SGD accountant assumes). The capacity is ``min(n, ceil(qn + 8 sqrt(qn(1-q)) + 8))``; a batch
-  larger than that (probability below 1e-12 for qn >= 1) is truncated, and counted in ``overflow``.
+  DP-SGD accountant assumes), drawn as the positions of i.i.d. Geometric(q) gaps (capacity uniforms
+  per step, not n Bernoullis; float32 uniforms cut a gap's tail at probability e^-16.6). The
+  capacity is ``min(n, ceil(qn + 8 sqrt(qn(1-q)) + 8))``; a batch larger than that (probability
+  below 1e-12 for qn >= 1) is truncated, and a full last slot is counted in ``overflow``.
 * ``'shuffle'``: a fresh permutation of the n examples at each epoch, cut into consecutive batches of
   ``batch_size`` (the last ``n mod batch_size`` examples of each epoch's permutation are dropped, as
   with ``drop_remainder``). Each example is in exactly one batch of every epoch when batch_size | n.
-* ``'fixed'``: each step a uniform subset of exactly ``batch_size`` examples, independently.
+* ``'fixed'``: each step a uniform subset of exactly ``batch_size`` examples, independently (the
+  ``batch_size`` largest of n uniforms).
 
 References:
   Abadi et al. 2016, "Deep learning with differential privacy" (Poisson sampling, the moments
@@ -25,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -102,39 +107,53 @@ class BatchSampler:
             return n // self.batch_size
         return math.ceil(1.0 / self.sampling_rate(n))
 
-    def indices(
-        self, key: jax.Array, t: jax.Array, n: int
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def plan(self, key: jax.Array, n: int, steps: int) -> Any:
+        """What a run draws once: its key, and for ``'shuffle'`` every epoch's permutation ``[E, n]``."""
+        if self.kind != "shuffle":
+            return key
+        epochs = -(-steps // self.steps_per_epoch(n))
+        keys = jax.random.split(key, epochs)
+        return jax.vmap(lambda k: jax.random.permutation(k, n).astype(jnp.int32))(keys)
+
+    def batch(self, plan: Any, t: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Step t's batch: indices ``[capacity]`` int32, valid ``[capacity]`` bool, overflow ``[]``.
 
-        Pure in (key, t): the same run key gives the same batches. Invalid slots hold index 0.
+        Pure in (plan, t): the same run key gives the same batches. Invalid slots hold index 0.
         """
         cap = self.capacity(n)
+        none = jnp.zeros((), jnp.int32)
         if self.kind == "shuffle":
             per_epoch = self.steps_per_epoch(n)
-            perm = jax.random.permutation(jax.random.fold_in(key, t // per_epoch), n)
-            idx = jax.lax.dynamic_slice(perm, ((t % per_epoch) * cap,), (cap,))
-            return idx.astype(jnp.int32), jnp.ones(cap, bool), jnp.zeros((), jnp.int32)
-        k_t = jax.random.fold_in(key, t)
-        if self.kind == "fixed":
-            idx = jax.random.permutation(k_t, n)[:cap]
-            return idx.astype(jnp.int32), jnp.ones(cap, bool), jnp.zeros((), jnp.int32)
-        mask = jax.random.bernoulli(k_t, float(self.rate), (n,))
-        count = jnp.sum(mask, dtype=jnp.int32)
-        (idx,) = jnp.nonzero(mask, size=cap, fill_value=0)
-        valid = jnp.arange(cap) < count
-        return idx.astype(jnp.int32), valid, jnp.maximum(count - cap, 0)
+            idx = jax.lax.dynamic_slice(plan[t // per_epoch], ((t % per_epoch) * cap,), (cap,))
+            return idx, jnp.ones(cap, bool), none
+        k_t = jax.random.fold_in(plan, t)
+        if self.kind == "fixed":  # the b largest of n uniforms: a uniform b-subset
+            _, idx = jax.lax.top_k(jax.random.uniform(k_t, (n,)), cap)
+            return idx.astype(jnp.int32), jnp.ones(cap, bool), none
+        # the members' positions: i.i.d. Geometric(q) gaps from -1, which is Bernoulli(q) inclusion
+        # of each example; capacity uniforms per step instead of n Bernoullis and a compaction
+        q = float(self.rate)
+        if q == 1.0:
+            return jnp.arange(cap, dtype=jnp.int32), jnp.ones(cap, bool), none
+        u = jax.random.uniform(k_t, (cap,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+        gaps = jnp.floor(jnp.log(u) / math.log1p(-q)) + 1.0
+        pos = jnp.cumsum(jnp.minimum(gaps, n + 1.0)) - 1.0
+        valid = pos < n
+        overflow = (valid[-1] & (cap < n)).astype(jnp.int32)  # last slot used: maybe truncated
+        return jnp.where(valid, pos, 0).astype(jnp.int32), valid, overflow
 
     def masks(self, key: jax.Array, n: int, steps: int) -> jax.Array:
-        """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``indices``)."""
+        """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``batch``)."""
         self.check_size(n)
         return _masks(self, key, n, steps)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3))
 def _masks(sampler: BatchSampler, key: jax.Array, n: int, steps: int) -> jax.Array:
+    plan = sampler.plan(key, n, steps)
+
     def one(t):
-        idx, valid, _ = sampler.indices(key, t, n)
+        idx, valid, _ = sampler.batch(plan, t, n)
         return jnp.zeros(n, bool).at[idx].max(valid)
 
     return jax.vmap(one)(jnp.arange(steps))

@@ -398,10 +398,11 @@ def make_run(problem: TrainingProblem, prep: Prepared):
     def run(key: jax.Array, present: jax.Array) -> RunOutput:
         k_batch, k_noise = jax.random.split(key)
         state = _rekey(tx.init(prep.params), k_noise)
+        plan = sampler.plan(k_batch, n, problem.steps)
 
         def body(carry, t):
             params, state, over = carry
-            idx, valid, overflow = sampler.indices(k_batch, t, n)
+            idx, valid, overflow = sampler.batch(plan, t, n)
             grads = _batch_grads(problem, prep, params, idx, valid, present)
             updates, state = tx.update(grads, state, params)
             z = _tree_dot(updates, prep.direction) / prep.unit

@@ -32,7 +32,7 @@ from cbdp_jax import training_audit as ta  # noqa: E402
 
 
 def throughput(model: str, steps: int, runs: int, loop_runs: int) -> dict:
-    problem = ta.build_problem(model=model, data="digits", rate=0.01, steps=steps, chunk=runs)
+    problem = ta.build_problem(model=model, data="digits", rate=0.01, steps=steps, chunk=256)
     prep = ta.prepare(problem)
     t0 = time.perf_counter()
     ta.training_runs(jax.random.key(0), problem, runs, prep=prep)

@@ -15,6 +15,7 @@ implementations?"; Annamalai et al. 2024, "To shuffle or not to shuffle").
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -52,6 +53,32 @@ class DpsgdClaim(NamedTuple):
     sampling: str
     accountant: str = "dp_accounting PLD, Poisson-subsampled Gaussian"
 
+    def delta_at(self, eps: float) -> float:
+        """The accountant's delta at ``eps``: the run claims (eps, this delta)-DP at every eps."""
+        return dpsgd_delta(self.noise, self.rate, self.steps, eps)
+
+
+@functools.lru_cache(maxsize=32)
+def _composed(noise: float, rate: float, steps: int):
+    """The PLD accountant after T Poisson-subsampled Gaussian steps (one per parameter set)."""
+    try:
+        from dp_accounting import dp_event
+        from dp_accounting.pld import pld_privacy_accountant
+    except ImportError as exc:  # an optional dependency
+        raise InvalidParameterError(
+            "claim='dpsgd:...' is invalid here: it needs dp-accounting (pip install "
+            "'cbdp_jax[audit]')"
+        ) from exc
+    event = dp_event.PoissonSampledDpEvent(rate, dp_event.GaussianDpEvent(noise))
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(dp_event.SelfComposedDpEvent(event, int(steps)))
+    return accountant
+
+
+def dpsgd_delta(noise: float, rate: float, steps: int, eps: float) -> float:
+    """Delta of T Poisson-subsampled Gaussian steps at ``eps`` (the accountant's whole curve)."""
+    return float(_composed(float(noise), float(rate), int(steps)).get_delta(float(eps)))
+
 
 def dpsgd_epsilon(noise: float, rate: float, steps: int, delta: float) -> float:
     """Epsilon of T Poisson-subsampled Gaussian steps at ``delta`` (dp_accounting's PLD accountant).
@@ -64,18 +91,7 @@ def dpsgd_epsilon(noise: float, rate: float, steps: int, delta: float) -> float:
     check_in_range("rate", rate, 0.0, 1.0, low_open=True)
     check_int_at_least("steps", steps, 1)
     check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-    try:
-        from dp_accounting import dp_event
-        from dp_accounting.pld import pld_privacy_accountant
-    except ImportError as exc:  # an optional dependency
-        raise InvalidParameterError(
-            "claim='dpsgd:...' is invalid here: it needs dp-accounting (pip install "
-            "'cbdp_jax[audit]')"
-        ) from exc
-    event = dp_event.PoissonSampledDpEvent(rate, dp_event.GaussianDpEvent(noise))
-    accountant = pld_privacy_accountant.PLDAccountant()
-    accountant.compose(dp_event.SelfComposedDpEvent(event, int(steps)))
-    eps = float(accountant.get_epsilon(delta))
+    eps = float(_composed(float(noise), float(rate), int(steps)).get_epsilon(delta))
     if not math.isfinite(eps):
         raise InvalidParameterError(
             f"noise={noise!r} is invalid: the accountant gives epsilon = {eps} at delta = {delta:g}"

@@ -75,8 +75,15 @@ class Claim(NamedTuple):
     source: Any = None
 
     def claimed_delta(self, eps: float) -> float:
-        """delta(eps) implied by an (epsilon, delta) claim: delta + max(0, e^epsilon - e^eps)."""
-        return self.delta + max(0.0, math.exp(self.epsilon) - math.exp(eps))
+        """delta(eps) implied by an (epsilon, delta) claim: delta + max(0, e^epsilon - e^eps).
+
+        A ``dpsgd:`` claim is the accountant's whole curve: the run claims (eps, delta(eps))-DP at
+        every eps, so the smaller of the two is claimed.
+        """
+        implied = self.delta + max(0.0, math.exp(self.epsilon) - math.exp(eps))
+        if hasattr(self.source, "delta_at"):
+            return min(implied, self.source.delta_at(eps))
+        return implied
 
 
 def _num(text: str, name: str, claim: str) -> float:

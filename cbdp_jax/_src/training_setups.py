@@ -1,0 +1,113 @@
+"""Ready-made training audits: data (scikit-learn's bundled digits, synthetic), models, and problems.
+
+Nothing is downloaded: ``load_digits`` ships with scikit-learn (8x8 images, 1797 examples, 10
+classes, pixels scaled to [0, 1]; its always-blank border pixels give the gradient canary a coordinate
+no example moves). The synthetic data is two Gaussian blobs with one always-zero feature for the same
+purpose. Models are logistic regression (one ``nnx.Linear``) and a 2-layer ReLU MLP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import optax
+from flax import nnx
+
+from cbdp_jax._src.batch_sampling import BatchSampler
+from cbdp_jax._src.training_audit import Canary, TrainingProblem, dp_sgd
+from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_int_at_least
+
+DATASETS = ("digits", "synthetic")
+MODELS = ("logreg", "mlp")
+STEPS = ("dp-sgd", "optax")
+
+
+def load_data(name: str, *, n: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(X [n, d] float32, y [n] int32)``: ``'digits'`` (first n of 1797) or ``'synthetic'`` (n = 256).
+
+    Raises:
+      InvalidParameterError: For an unknown name, or digits without scikit-learn.
+
+    """
+    check_choice("data", name, DATASETS)
+    if name == "digits":
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError as exc:
+            raise InvalidParameterError(
+                "data='digits' is invalid here: it needs scikit-learn (pip install scikit-learn)"
+            ) from exc
+        d = load_digits()
+        x, y = d.data / 16.0, d.target
+        if n is not None:
+            x, y = x[: check_int_at_least("n", n, 1)], y[:n]
+        return x.astype(np.float32), y.astype(np.int32)
+    n = 256 if n is None else check_int_at_least("n", n, 2)
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    x = rng.normal(0.0, 1.0, (n, 8)) + 1.5 * (2 * y[:, None] - 1) / np.sqrt(7)
+    x[:, 0] = 0.0  # a feature no example uses, like digits' blank border
+    return x.astype(np.float32), y.astype(np.int32)
+
+
+class MLP(nnx.Module):
+    """x -> Linear(hidden) -> ReLU -> Linear(classes)."""
+
+    def __init__(self, features: int, hidden: int, classes: int, *, rngs: nnx.Rngs):
+        self.hidden = nnx.Linear(features, hidden, rngs=rngs)
+        self.out = nnx.Linear(hidden, classes, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(nnx.relu(self.hidden(x)))
+
+
+def make_model(kind: str, features: int, classes: int, *, seed: int = 0, hidden: int = 32):
+    """``'logreg'`` (``nnx.Linear``) or ``'mlp'`` (:class:`MLP`), initialised from ``seed``."""
+    check_choice("model", kind, MODELS)
+    rngs = nnx.Rngs(seed)
+    if kind == "logreg":
+        return nnx.Linear(features, classes, rngs=rngs)
+    return MLP(features, hidden, classes, rngs=rngs)
+
+
+def input_canary(x: np.ndarray, y: np.ndarray) -> Canary:
+    """An out-of-distribution example: every feature at its maximum, labelled with the rarest class."""
+    counts = np.bincount(y)
+    return Canary(kind="input", x=x.max(axis=0), y=int(np.argmin(counts)))
+
+
+def build_problem(
+    *, model: str = "logreg", data: str = "digits", sampler: str = "poisson",
+    noise: float = 1.0, clip: float = 1.0, rate: float | None = 0.01,
+    batch_size: int | None = None, steps: int = 100, learning_rate: float = 0.5,
+    threat: str = "gradient", step: str = "dp-sgd", bug: str = "none", n: int | None = None,
+    seed: int = 0, chunk: int = 2048,
+) -> TrainingProblem:  # fmt: skip
+    """A :class:`TrainingProblem` from the command line's options (``cbdp audit-training``).
+
+    ``step='optax'`` is ``optax.contrib.dpsgd(learning_rate, clip, noise, seed)``; ``'dp-sgd'`` is
+    :func:`dp_sgd` (which can plant ``bug``). The fixed-size samplers take ``batch_size``, Poisson
+    ``rate``; the gradient threat gets a gradient canary of norm ``clip``, the others an input canary.
+    """
+    check_choice("step", step, STEPS)
+    x, y = load_data(data, n=n, seed=seed)
+    examples = x.shape[0] + 1
+    if sampler == "poisson":
+        batches = BatchSampler(kind="poisson", rate=rate)
+    else:
+        batches = BatchSampler(kind=sampler, batch_size=batch_size)
+    if step == "optax":
+        if bug != "none":
+            raise InvalidParameterError(f"bug={bug!r} is invalid: bugs are planted in step dp-sgd")
+        tx = optax.contrib.dpsgd(learning_rate, clip, noise, seed)
+    else:
+        tx = dp_sgd(
+            learning_rate=learning_rate, l2_norm_clip=clip, noise_multiplier=noise,
+            expected_batch_size=batches.expected_batch(examples), bug=bug,
+        )  # fmt: skip
+    canary = Canary(kind="gradient", norm=clip) if threat == "gradient" else input_canary(x, y)
+    net = make_model(model, x.shape[1], int(y.max()) + 1, seed=seed)
+    return TrainingProblem(
+        model=net, data=(x, y), step=tx, sampler=batches, steps=steps, canary=canary,
+        threat=threat, noise_multiplier=noise, chunk=chunk,
+        name=f"{step}{'' if bug == 'none' else f' [{bug}]'} {model}/{data}, {sampler}",
+    )  # fmt: skip

@@ -1,0 +1,279 @@
+"""DP training runs as a mechanism: samplers, the vmapped engine, the gradient canary's exact law, and
+audits of correct and bugged DP-SGD (cbdp_jax.training_audit; docs/theory/training_audit.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy import stats
+
+from cbdp_jax import InvalidParameterError
+from cbdp_jax import training_audit as ta
+
+# A small synthetic problem: 31 examples + the canary, logistic regression, 8 Poisson steps at q = 1/8.
+SMALL = dict(data="synthetic", n=31, sampler="poisson", rate=0.125, steps=8, noise=1.0, chunk=4096)
+RUNS = (
+    4000  # runs per side: every test of SMALL uses this count, so they share one compiled program
+)
+
+
+@pytest.fixture(scope="module")
+def small():
+    problem = ta.build_problem(**SMALL)
+    return problem, ta.prepare(problem)
+
+
+# --- samplers -----------------------------------------------------------------------------------
+
+
+def test_poisson_masks_include_each_example_at_the_rate_independently():
+    n, steps, q = 40, 2000, 0.2
+    masks = np.asarray(ta.BatchSampler(kind="poisson", rate=q).masks(jax.random.key(0), n, steps))
+    # 80,000 Bernoulli(0.2): the overall rate within 5 standard errors, every example's within 5
+    se = math.sqrt(q * (1 - q) / masks.size)
+    assert abs(masks.mean() - q) < 5 * se
+    assert np.all(np.abs(masks.mean(0) - q) < 5 * math.sqrt(q * (1 - q) / steps))
+    # independent of the step before: P(in at t and t+1) = q^2
+    both = (masks[1:] & masks[:-1]).mean()
+    assert abs(both - q * q) < 5 * math.sqrt(q * q * (1 - q * q) / masks[1:].size)
+
+
+def test_shuffle_masks_cover_each_example_once_per_epoch():
+    n, b, epochs = 12, 3, 5
+    sampler = ta.BatchSampler(kind="shuffle", batch_size=b)
+    masks = np.asarray(sampler.masks(jax.random.key(1), n, epochs * n // b))
+    assert np.all(masks.sum(1) == b)
+    per_epoch = masks.reshape(epochs, n // b, n).sum(1)
+    assert np.all(per_epoch == 1)
+    # and the epochs are different permutations
+    assert len({tuple(np.argmax(masks[e * 4 : e * 4 + 4], 0)) for e in range(epochs)}) > 1
+
+
+def test_fixed_size_masks_have_exactly_b_uniform_members():
+    n, b, steps = 10, 4, 3000
+    masks = np.asarray(
+        ta.BatchSampler(kind="fixed", batch_size=b).masks(jax.random.key(2), n, steps)
+    )
+    assert np.all(masks.sum(1) == b)
+    se = math.sqrt(0.4 * 0.6 / steps)
+    assert np.all(np.abs(masks.mean(0) - b / n) < 5 * se)
+
+
+# --- the engine -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", ["dp-sgd", "optax"])
+def test_vmapped_runs_equal_a_python_loop_of_the_same_runs(small, step):
+    # dp-sgd: the RUNS-run program the audits below reuse; optax.contrib.dpsgd: a 5-run program
+    problem, prep = small
+    n = RUNS
+    if step == "optax":
+        problem = ta.build_problem(**(SMALL | {"step": step}))
+        prep, n = ta.prepare(problem), 5
+    key = jax.random.key(7)
+    many = ta.training_runs(key, problem, n, prep=prep)
+    run = jax.jit(ta.make_run(problem, prep))
+    for i, k in enumerate(jax.random.split(key, n)[:5]):
+        one = run(k, jnp.float32(1.0))
+        np.testing.assert_allclose(np.asarray(one.z), many.z[i], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(float(one.score), many.score[i], rtol=1e-6, atol=1e-6)
+    # the runs differ from each other: the step's noise key is re-seeded per run
+    assert len(set(np.round(many.score[:5], 6))) == 5
+
+
+def test_gradient_canary_scores_have_the_subsampled_gaussian_law(small):
+    # Each step's canary coordinate, in canary units, is Bernoulli(q) + N(0, S^2) on D and N(0, S^2)
+    # on D', independently over steps: exact.subsampled_gaussian_pair's two laws. 4000 runs x 8
+    # steps = 32,000 draws per side, compared (two-sample KS) with 32,000 draws of the library's
+    # SubsampledGaussianMechanism and (one-sample KS) with the closed-form CDF. Fixed seeds; at level
+    # 1e-3 a correct law fails by chance once in a thousand seeds, while a wrong q (0.125 -> 0.1) and
+    # S (1 -> 1.1) move the CDF by > 0.02, above KS's critical value at 1e-3 (1.95 / sqrt(n) = 0.011).
+    from cbdp_jax.exact import subsampled_gaussian_pair
+
+    problem, prep = small
+    assert prep.law_exact  # the canary coordinate is the weight of the always-zero feature
+    z_in = ta.training_runs(jax.random.key(11), problem, RUNS, prep=prep).z.ravel()
+    z_out = ta.training_runs(jax.random.key(12), problem, RUNS, canary=False, prep=prep).z.ravel()
+    pair = subsampled_gaussian_pair(1.0, 0.125)
+    ref_in = np.asarray(pair.mechanism.sample(jax.random.key(13), pair.dataset, z_in.size)).ravel()
+    ref_out = np.asarray(
+        pair.mechanism.sample(jax.random.key(14), pair.neighbour, z_in.size)
+    ).ravel()
+    q = 0.125
+    mixture = lambda v: (1 - q) * stats.norm.cdf(v) + q * stats.norm.cdf(v - 1.0)
+    assert stats.kstest(z_in, mixture).pvalue > 1e-3
+    assert stats.kstest(z_out, stats.norm.cdf).pvalue > 1e-3
+    assert stats.ks_2samp(z_in, ref_in).pvalue > 1e-3
+    assert stats.ks_2samp(z_out, ref_out).pvalue > 1e-3
+    # and the KS test has the power the comparison needs: a wrong rate is rejected
+    wrong = lambda v: 0.9 * stats.norm.cdf(v) + 0.1 * stats.norm.cdf(v - 1.0)
+    assert stats.kstest(z_in, lambda v: wrong(v / 1.1)).pvalue < 1e-3
+
+
+@pytest.mark.parametrize("threat", ["white-box", pytest.param("black-box", marks=pytest.mark.slow)])
+def test_input_canary_scores_are_larger_when_the_canary_was_trained_on(threat):
+    # The final parameters' move along the canary's negative gradient (white-box) and minus its final
+    # loss (black-box) grow when the canary is in; at S = 0.5 the means differ by about 5.7 standard
+    # errors at 1000 runs per side (measured once), so > 3 leaves room for the seed.
+    problem = ta.build_problem(**(SMALL | {"threat": threat, "noise": 0.5}))
+    assert problem.canary.kind == "input"
+    prep = ta.prepare(problem)
+    a = ta.training_runs(jax.random.key(0), problem, 1000, prep=prep).score
+    b = ta.training_runs(jax.random.key(1), problem, 1000, canary=False, prep=prep).score
+    assert (a.mean() - b.mean()) / math.sqrt(a.var() / 1000 + b.var() / 1000) > 3.0
+
+
+# --- audits ---------------------------------------------------------------------------------------
+
+
+def test_a_correct_dpsgd_run_is_not_flagged_at_its_accountant_claim(small):
+    problem, _ = small
+    config = ta.training_audit_config(ta_claim_eps(problem), samples=RUNS)
+    for seed in (0, 1):
+        result = ta.audit_training(jax.random.key(seed), problem, config=config)
+        assert not result.violation, result.verdict
+        assert result.empirical.epsilon <= result.claimed["epsilon"]
+        assert result.claimed["source"]["sampling"] == "poisson"
+
+
+def test_noise_added_after_averaging_is_certified(small):
+    problem, _ = small
+    bugged = ta.build_problem(**(SMALL | {"bug": "noise-after-averaging"}))
+    config = ta.training_audit_config(ta_claim_eps(problem), samples=RUNS)
+    result = ta.audit_training(jax.random.key(0), bugged, config=config)
+    assert result.violation
+    assert result.empirical.epsilon > 1.0
+
+
+def ta_claim_eps(problem) -> float:
+    from cbdp_jax.audit import parse_claim
+
+    return parse_claim(ta.default_claim(problem)).epsilon
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+def test_bad_input_raises_one_line_errors_naming_the_parameter(small):
+    problem, _ = small
+    with pytest.raises(InvalidParameterError, match="step=.*GradientTransformation"):
+        dataclasses.replace(problem, step=lambda g: g)
+    canary = ta.Canary(kind="input", x=np.zeros(3), y=0)
+    with pytest.raises(InvalidParameterError, match="canary x of shape"):
+        dataclasses.replace(problem, canary=canary, threat="black-box")
+    with pytest.raises(InvalidParameterError, match="canary='gradient' is invalid"):
+        dataclasses.replace(problem, threat="white-box")
+    for rate in (0.0, 1.5, -0.1):
+        with pytest.raises(InvalidParameterError, match="rate="):
+            ta.BatchSampler(kind="poisson", rate=rate)
+    with pytest.raises(InvalidParameterError, match="batch_size=40"):
+        ta.build_problem(**(SMALL | {"sampler": "shuffle", "batch_size": 40}))
+    with pytest.raises(InvalidParameterError, match="training audit checks"):
+        ta.audit_training(jax.random.key(0), problem, "renyi:2:1")
+    with pytest.raises(InvalidParameterError, match="noise="):
+        ta.audit_training(jax.random.key(0), problem, "dpsgd:noise=0,rate=0.1,steps=8,delta=1e-5")
+    with pytest.raises(InvalidParameterError, match="claim=None"):
+        ta.default_claim(dataclasses.replace(problem, noise_multiplier=None))
+    raw = optax.GradientTransformation(
+        lambda p: (jax.random.PRNGKey(0),), lambda g, s, p=None: (g, s)
+    )
+    with pytest.raises(InvalidParameterError, match="raw uint32 keys"):
+        ta.prepare(dataclasses.replace(problem, step=raw))
+
+
+# --- long statistical checks (pytest -m slow) -----------------------------------------------------
+
+SLOW = dict(data="synthetic", n=63, sampler="poisson", rate=0.125, steps=16, noise=1.0)
+BUGGED = {
+    "noise-after-averaging": (dict(bug="noise-after-averaging"), None, 10_000),
+    "no-clip": (dict(bug="no-clip"), ta.Canary(kind="gradient", norm=10.0), 10_000),
+    # the canary along a bias coordinate (flat index 0), which this bug leaves without noise
+    "noise-on-subset": (
+        dict(bug="noise-on-subset"),
+        ta.Canary(kind="gradient", coordinate=0),
+        10_000,
+    ),
+    # two epochs of shuffled batches of 8 from 64, accounted as Poisson at q = 1/8: the accountant's
+    # curve at eps = 0.25 is 0.448, the shuffled run's about 0.49 (docs/theory/training_audit.md)
+    "shuffle-as-poisson": (
+        dict(sampler="shuffle", batch_size=8, rate=None, noise=0.5),
+        None,
+        20_000,
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", [1.0, 0.5])
+def test_twenty_audits_of_correct_runs_are_never_flagged(noise):
+    problem = ta.build_problem(**(SLOW | {"noise": noise}))
+    config = ta.training_audit_config(ta_claim_eps(problem), samples=20_000)
+    flagged = [
+        ta.audit_training(jax.random.key(s), problem, config=config).violation for s in range(20)
+    ]
+    print(f"correct runs, noise {noise}: {sum(flagged)} of 20 audits flagged")
+    assert sum(flagged) == 0, flagged
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", list(BUGGED))
+def test_each_planted_bug_is_certified_in_19_of_20_audits(bug):
+    kw, canary, runs = BUGGED[bug]
+    problem = ta.build_problem(**(SLOW | kw))
+    if canary is not None:
+        problem = dataclasses.replace(problem, canary=canary)
+    config = ta.training_audit_config(ta_claim_eps(problem), samples=runs)
+    hits = [
+        ta.audit_training(jax.random.key(s), problem, config=config).violation for s in range(20)
+    ]
+    print(f"{bug}: certified in {sum(hits)} of 20 audits")
+    assert sum(hits) >= 19, hits
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "cbdp_jax.cli", "audit-training", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow  # a subprocess that imports JAX and compiles: 15-50 s on 2 shared cores
+def test_cli_audit_training_runs_and_reports_json(tmp_path):
+    import json
+
+    proc = _cli(
+        "--data", "synthetic", "--examples", "31", "--rate", "0.125", "--steps", "8",
+        "--runs", "2000", "--bug", "noise-after-averaging", "--format", "json",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a certified violation
+    record = json.loads(proc.stdout)
+    assert record["violation"] and record["training"]["bug"] == "noise-after-averaging"
+    assert record["claimed"]["source"]["rate"] == 0.125 and record["samples_per_side"] == 2000
+    assert (tmp_path / "out" / "audit.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--data", "synthetic", "--rate", "1.5"], "rate=1.5 is invalid"),
+        (
+            ["--data", "synthetic", "--step", "optax", "--bug", "no-clip"],
+            "bug='no-clip' is invalid",
+        ),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
+    proc = _cli(*args)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

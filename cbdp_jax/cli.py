@@ -982,6 +982,30 @@ def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> Non
         typer.echo(to_json({"suite": records}))
 
 
+def _emit_training_audit(result, problem, training: dict, output_format: str, out) -> None:
+    """Writes ``--out`` (report and audit.json with the training's settings) and prints the audit."""
+    from cbdp_jax._src.io import to_json
+
+    record = result.to_dict() | {"training": training}
+    if out is not None:
+        from cbdp_jax._src.io import atomic_write_json
+
+        _emit_audit(result, "json", out)
+        atomic_write_json(Path(out) / "audit.json", record)
+    if output_format == "json":
+        typer.echo(to_json(record))
+        return
+    typer.echo(
+        f"cbdp audit-training: {problem.name}, {problem.examples - 1} examples + canary, "
+        f"{training['steps']} steps, q = {problem.sampling_rate:.4g}, {training['threat']} threat"
+    )
+    typer.echo(
+        f"{2 * training['runs_per_side']} trainings (D: canary in, D': canary zeroed) and audit: "
+        f"{training['seconds']:.1f} s"
+    )
+    _emit_audit(result, "table", None)
+
+
 @app.command("audit-training")
 def audit_training_cmd(
     model: Annotated[
@@ -1047,7 +1071,6 @@ def audit_training_cmd(
 
     from cbdp_jax._src import audit as au
     from cbdp_jax._src import training_audit as ta
-    from cbdp_jax._src.io import to_json
     from cbdp_jax._src.training_setups import build_problem
 
     check_choice("format", output_format, FORMATS)
@@ -1066,31 +1089,14 @@ def audit_training_cmd(
     start = time.perf_counter()
     result = ta.audit_training(jax.random.key(seed), problem, text, config=config)
     seconds = time.perf_counter() - start
-    record = result.to_dict() | {
-        "training": {
-            "model": model, "data": data, "examples": problem.examples - 1, "sampler": sampler,
-            "sampling_rate": problem.sampling_rate, "noise": noise, "clip": clip,
-            "steps": steps, "learning_rate": learning_rate, "threat": threat, "step": step,
-            "bug": bug, "runs_per_side": runs, "seconds": seconds,
-            "pair": "D = [1]: the canary in; D' = [0]: its gradient zeroed",
-        }
+    training = {
+        "model": model, "data": data, "examples": problem.examples - 1, "sampler": sampler,
+        "sampling_rate": problem.sampling_rate, "noise": noise, "clip": clip,
+        "steps": steps, "learning_rate": learning_rate, "threat": threat, "step": step,
+        "bug": bug, "runs_per_side": runs, "seconds": seconds,
+        "pair": "D = [1]: the canary in; D' = [0]: its gradient zeroed",
     }  # fmt: skip
-    if out is not None:
-        from cbdp_jax._src.io import atomic_write_json
-
-        _emit_audit(result, "json", out)
-        atomic_write_json(Path(out) / "audit.json", record)
-    if output_format == "json":
-        typer.echo(to_json(record))
-    else:
-        typer.echo(
-            f"cbdp audit-training: {problem.name}, {problem.examples - 1} examples + canary, "
-            f"{steps} steps, q = {problem.sampling_rate:.4g}, {threat} threat"
-        )
-        typer.echo(
-            f"{2 * runs} trainings (D: canary in, D': canary zeroed) and audit: {seconds:.1f} s"
-        )
-        _emit_audit(result, "table", None)
+    _emit_training_audit(result, problem, training, output_format, out)
     if result.violation:
         raise typer.Exit(1)
 

@@ -21,13 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def _pytest(
     tmp_path: Path, body: str, *args: str, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Runs pytest on one test file in a folder holding copies of the suite's configuration."""
+    """Runs pytest on one test file in a folder holding copies of the suite's configuration.
+
+    In this process (``-n 0``): the suite's addopts start worker processes, which print nothing of a
+    test's own output even with ``-s``.
+    """
     (tmp_path / "tests").mkdir(exist_ok=True)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "tests" / "conftest.py")
     (tmp_path / "tests" / "test_planted.py").write_text(textwrap.dedent(body))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_planted.py", *args],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "tests/test_planted.py", *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})},
     )  # fmt: skip
 

@@ -265,6 +265,47 @@ def test_a_second_cbdp_process_runs_stored_programs_and_prints_the_same_numbers(
     assert _files(tmp_path / "jax" / "programs") == stored  # nothing new: all were loaded
 
 
+LIBRARY_CALL = """
+import json, jax, numpy as np
+from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
+rng = np.random.default_rng(0)
+p, q = rng.laplace(0.0, 1.0, 4000), rng.laplace(1.0, 1.0, 4000)
+r = estimate_from_samples(jax.random.key(0), p, q, adversary="linear", divergence="kl",
+                          config=EstimatorConfig(steps=100))
+print(json.dumps([r.estimate, r.lower_bound, r.std_error]))
+"""
+
+
+def _library_call(tmp_path, store: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = {
+        **os.environ,
+        "CBDP_JAX_CACHE_DIR": str(tmp_path / "jax"),
+        "CBDP_JAX_PROGRAM_CACHE": store,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", LIBRARY_CALL], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+def test_a_library_users_second_process_runs_stored_programs_with_the_same_numbers(tmp_path):
+    # estimate_from_samples is served by the store like the command line: a library user's second
+    # process loads the first one's executables (nothing new is stored) and gets the same numbers.
+    first = _library_call(tmp_path, "1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    stored = _files(tmp_path / "jax" / "programs")
+    assert len(stored) >= 5
+    second = _library_call(tmp_path, "1")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert json.loads(second.stdout) == json.loads(first.stdout)
+    assert _files(tmp_path / "jax" / "programs") == stored
+    # negative control: opted out, the same call stores nothing
+    off = _library_call(tmp_path / "off", "0")
+    assert off.returncode == 0 and json.loads(off.stdout) == json.loads(first.stdout)
+    assert not _files(tmp_path / "off" / "jax" / "programs")
+
+
 def test_the_executable_exits_at_once_with_main_s_status(tmp_path):
     import os
 

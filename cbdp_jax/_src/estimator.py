@@ -38,7 +38,7 @@ from cbdp_jax._src.evaluation import (
 )
 from cbdp_jax._src.io import environment_info, to_json
 from cbdp_jax._src.objectives import kl_domain_reduction
-from cbdp_jax._src.programs import persistent_jit
+from cbdp_jax._src.programs import persistent_jit, served
 from cbdp_jax._src.statistics import betting
 from cbdp_jax._src.statistics.bounds import (
     Bound,
@@ -844,6 +844,7 @@ def _known_infinite(pair, spec: AdversarySpec, div) -> str | None:
     )
 
 
+@served
 def estimate_from_samples(
     key: jax.Array,
     p_samples: Any,
@@ -1091,6 +1092,7 @@ def _sample_sizes(samples: Any, val_samples: Any, test_samples: Any) -> tuple[in
     return samples, val_samples, test_samples
 
 
+@served
 def estimate(
     key: jax.Array,
     pair: Any,

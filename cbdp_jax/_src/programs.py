@@ -4,7 +4,8 @@ JAX's persistent compilation cache (:mod:`cbdp_jax._src.cache`) saves the XLA co
 lowered program: a second process still traces every program in Python and lowers it to StableHLO
 before it can look the executable up, about a second for one ``cbdp estimate`` of an MLP. This module
 skips both. A program decorated with :func:`persistent_jit` is an ordinary ``jax.jit`` function until
-the store is switched on (:func:`enabled`, which the command line does around each estimate); then each
+the store is switched on (:func:`enabled`: the command line around each estimate, and the library's
+``estimate`` / ``estimate_from_samples`` through :func:`served`); then each
 call computes a key from
 
 - the program (module and name),
@@ -95,6 +96,22 @@ def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
                 raise
             discard_loaded()
         return fn(*args, **kwargs)
+
+
+def served(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with the store on for the whole call (:func:`run`): a library entry point's cold start.
+
+    A call made while the store is already on (the command line, or an outer served function) runs
+    ``fn`` as is. ``CBDP_JAX_PROGRAM_CACHE=0`` still turns the store off.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _STATE["depth"] > 0:
+            return fn(*args, **kwargs)
+        return run(fn, *args, **kwargs)
+
+    return wrapper
 
 
 def discard_loaded() -> int:

@@ -18,6 +18,7 @@ from cbdp_jax._src.one_run import METHODS as METHODS
 from cbdp_jax._src.one_run import OneRunBound as OneRunBound
 from cbdp_jax._src.one_run import count_correct as count_correct
 from cbdp_jax._src.one_run import dp_false_rate as dp_false_rate
+from cbdp_jax._src.one_run import family_weights as family_weights
 from cbdp_jax._src.one_run import fdp_epsilon as fdp_epsilon
 from cbdp_jax._src.one_run import fdp_gdp_mu as fdp_gdp_mu
 from cbdp_jax._src.one_run import fdp_refutes as fdp_refutes
@@ -33,6 +34,7 @@ __all__ = [
     "OneRunBound",
     "count_correct",
     "dp_false_rate",
+    "family_weights",
     "fdp_epsilon",
     "fdp_gdp_mu",
     "fdp_refutes",

@@ -162,6 +162,24 @@ def test_gdp_mu_bound_is_sound_on_gaussian_scores():
     assert over <= ALLOWED
 
 
+def test_family_weights_give_half_of_beta_to_guessing_on_every_canary():
+    choices = orun.guess_candidates(1000)
+    w = orun.family_weights(choices, 1000)
+    assert sum(choices[0]) == 1000 and w[0] == 0.5
+    np.testing.assert_allclose(w[1:], 0.5 / (len(choices) - 1))
+    assert math.isclose(w.sum(), 1.0)
+    np.testing.assert_array_equal(orun.family_weights([(4, 4)], 1000), [1.0])
+    np.testing.assert_allclose(orun.family_weights([(4, 4), (2, 2)], 1000), [0.5, 0.5])
+    # explicit weights are normalised: [2, 2] is the equal split, the same bound as the default there
+    rng = np.random.default_rng(5)
+    inc = rng.random(1000) < 0.5
+    scores = rng.normal(size=1000) + 2.0 * inc
+    few = [(500, 500), (50, 50)]
+    a = orun.one_run_audit(scores, inc, method="fdp", choices=few, weights=[2.0, 2.0])
+    b = orun.one_run_audit(scores, inc, method="fdp", choices=few)
+    assert a.epsilon == b.epsilon
+
+
 def test_strongly_non_private_run_gives_a_clearly_positive_bound():
     rng, m = np.random.default_rng(3), 1000
     inc = rng.random(m) < 0.5
@@ -194,7 +212,8 @@ def test_soundness_check_catches_a_bound_without_the_union_correction():
      ({"delta": 1.0}, "delta"), ({"delta": -0.1}, "delta"), ({"level": 0.0}, "level"),
      ({"level": 1.0}, "level"), ({"method": "nope"}, "method"), ({"choices": [(0, 0)]}, "choices"),
      ({"choices": [(3, 1)]}, "choices"), ({"choices": []}, "choices"),
-     ({"scores": []}, "scores")],
+     ({"scores": []}, "scores"), ({"weights": [-1.0]}, "weights"),
+     ({"weights": [1.0, 1.0]}, "weights"), ({"weights": [0.0]}, "weights")],
 )  # fmt: skip
 def test_bad_input_names_the_parameter(kwargs, name):
     args = {"scores": [0.5, 0.1, 0.9], "included": [1, 0, 1]} | kwargs

@@ -22,7 +22,11 @@ bounds below turn an observed C into the largest privacy parameter that C refute
 
 Each bound holds for a FIXED number of guesses. :func:`one_run_audit` tries a fixed family of K
 (k_plus, k_minus) choices chosen before looking at the scores (:func:`guess_candidates`) and tests
-each at beta / K: a union (Bonferroni) bound, so the maximum over the family holds at level 1 - beta.
+choice j at beta w_j, with weights w_j >= 0 summing to 1 that are also fixed in advance: a weighted
+union (Bonferroni) bound, so the maximum over the family holds at level 1 - beta. The default weights
+(:func:`family_weights`) give half of beta to guessing on every canary, the choice that uses all m of
+them and the best one whenever the scores take few values (a binary score has nothing else to offer),
+and split the other half equally among the smaller guess counts, which win on scores with a long tail.
 
 References:
   Steinke, Nasr, Jagielski 2023, "Privacy auditing with one (1) training run", NeurIPS 2023
@@ -204,6 +208,8 @@ def _grid_search(m, guesses, correct, tau, rate_for: Callable, hi: float) -> tup
     """
     k = np.asarray(guesses, np.float64)[:, None]
     c = np.asarray(correct, np.float64)[:, None]
+    tau = np.asarray(tau, np.float64)
+    tau = tau[:, None] if tau.ndim == 1 else tau  # one level per choice
 
     def best(grid: np.ndarray) -> tuple[int, int]:
         hit = fdp_refutes(m, k, c, tau, rate_for(grid[None, :]))
@@ -227,7 +233,7 @@ def _grid_search(m, guesses, correct, tau, rate_for: Callable, hi: float) -> tup
 def fdp_epsilon(m, guesses, correct, *, delta: float, beta: float) -> tuple[float, int]:
     """Largest eps some (guesses, correct) pair refutes at (eps, delta) with f-DP's test, and its index.
 
-    Each pair is tested at ``beta`` (pass beta / K for a family of K).
+    Each pair is tested at ``beta``: a number, or one level per pair (beta w_j in a weighted family).
     """
     rate_for = lambda eps: lambda r: dp_false_rate(r, eps, delta)
     return _grid_search(m, guesses, correct, beta, rate_for, hi=40.0)
@@ -278,6 +284,21 @@ def guess_candidates(
     for r in counts:
         out += [((r + 1) // 2, r // 2)] + ([(r, 0)] if one_sided else [])
     return tuple(dict.fromkeys(out))
+
+
+def family_weights(choices: Sequence[tuple[int, int]], m: int) -> np.ndarray:
+    """The default share of beta of each choice, fixed before any score is seen: ``[K]``, summing to 1.
+
+    Half to the choice that guesses on all m canaries (when the family has it), the other half split
+    equally among the rest; a family without that choice, or of one choice, is weighted equally.
+    """
+    k = len(choices)
+    full = [j for j, (kp, km) in enumerate(choices) if kp + km == m]
+    if k == 1 or not full:
+        return np.full(k, 1.0 / k)
+    w = np.full(k, 0.5 / (k - 1))
+    w[full[0]] = 0.5
+    return w
 
 
 def count_correct(
@@ -346,16 +367,28 @@ def _check_choices(choices, m: int) -> tuple[tuple[int, int], ...]:
     return choices
 
 
-def _steinke_best(m, choices, correct, delta, tau) -> tuple[float, int]:
-    """Largest Steinke eps over the choices (each at ``tau``), skipping any that cannot beat the best.
+def _check_weights(weights, choices, m: int) -> np.ndarray:
+    if weights is None:
+        return family_weights(choices, m)
+    w = np.asarray(weights, np.float64)
+    if w.shape != (len(choices),) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise InvalidParameterError(
+            f"weights of shape {w.shape} is invalid: must be {len(choices)} finite non-negative "
+            "numbers (one per choice) with a positive sum"
+        )
+    return w / w.sum()
 
-    A choice whose delta = 0 p-value at the current best eps is above tau cannot refute that eps
+
+def _steinke_best(m, choices, correct, delta, taus) -> tuple[float, int]:
+    """Largest Steinke eps over the choices (choice j at ``taus[j]``), skipping any that cannot win.
+
+    A choice whose delta = 0 p-value at the current best eps is above its level cannot refute that eps
     (the delta term only adds), so it is skipped; skipping only lowers the maximum, never its validity.
     """
     best, who = 0.0, -1
     precision = correct / np.array([kp + km for kp, km in choices])
     for j in np.argsort(-precision, kind="stable"):
-        r, v = sum(choices[j]), int(correct[j])
+        r, v, tau = sum(choices[j]), int(correct[j]), float(taus[j])
         if steinke_p_value(m, r, v, best, 0.0) > tau:
             continue
         eps = steinke_epsilon(m, r, v, delta=delta, beta=tau)
@@ -367,6 +400,7 @@ def _steinke_best(m, choices, correct, delta, tau) -> tuple[float, int]:
 def one_run_audit(
     scores, included, *, delta: float = 1e-5, level: float = 0.95, method: str = "steinke",
     choices: Sequence[tuple[int, int]] | None = None, centered: bool = True,
+    weights: Sequence[float] | None = None,
 ) -> OneRunBound:  # fmt: skip
     """An epsilon lower bound from one run's canary scores (module docstring for the bounds).
 
@@ -380,6 +414,8 @@ def one_run_audit(
       method: ``'steinke'``, ``'fdp'`` or ``'gdp'``.
       choices: The (k_plus, k_minus) family, fixed before seeing the scores (default
         :func:`guess_candidates`); each is tested at beta / K and the largest bound is reported.
+      weights: Each choice's share of beta, ``[K]`` non-negative numbers fixed before seeing the
+        scores (normalised to sum 1; default :func:`family_weights`: half to guessing on every canary).
       centered: Two-sided choices guess on the scores farthest from the mean score, the split
         between "in" and "out" following the scores (:func:`count_correct`).
 
@@ -387,13 +423,14 @@ def one_run_audit(
       A :class:`OneRunBound`.
 
     Raises:
-      InvalidParameterError: Naming the parameter (scores, included, delta, level, method, choices)
+      InvalidParameterError: Naming the parameter (scores, included, delta, level, method, choices,
+        weights)
         and its allowed range.
 
     """
     s, inc = _check_inputs(scores, included, delta, level, method)
     choices = _check_choices(guess_candidates(s.size) if choices is None else choices, s.size)
-    m, tau = s.size, (1.0 - level) / len(choices)
+    m, tau = s.size, (1.0 - level) * _check_weights(weights, choices, s.size)
     correct, k_plus = count_correct(s, inc, choices, centered=centered)
     guesses = np.array([kp + km for kp, km in choices])
     mu = math.nan

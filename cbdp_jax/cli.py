@@ -988,10 +988,9 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
 
     record = result.to_dict() | {"training": training}
     if out is not None:
-        from cbdp_jax._src.io import atomic_write_json
+        from cbdp_jax._src.audit_report import write_report
 
-        _emit_audit(result, "json", out)
-        atomic_write_json(Path(out) / "audit.json", record)
+        write_report(result, Path(out), extra={"training": training})
     if output_format == "json":
         typer.echo(to_json(record))
         return

@@ -261,7 +261,9 @@ def test_cli_audit_training_runs_and_reports_json(tmp_path):
     record = json.loads(proc.stdout)
     assert record["violation"] and record["training"]["bug"] == "noise-after-averaging"
     assert record["claimed"]["source"]["rate"] == 0.125 and record["samples_per_side"] == 2000
-    assert (tmp_path / "out" / "audit.json").is_file()
+    written = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert written["training"] == record["training"] and written["violation"]
+    assert (tmp_path / "out" / "report.png").is_file()
 
 
 @pytest.mark.parametrize(

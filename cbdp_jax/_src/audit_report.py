@@ -66,11 +66,16 @@ def plot_report(result: AuditResult, path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(result: AuditResult, out: Path) -> dict:
-    """Writes ``out/audit.json`` and ``out/report.png``; returns the JSON record."""
+def write_report(result: AuditResult, out: Path, extra: dict | None = None) -> dict:
+    """Writes ``out/audit.json`` (the result, and ``extra``'s fields) and ``out/report.png``.
+
+    Returns:
+      The JSON record written.
+
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    record = result.to_dict()
+    record = result.to_dict() | (extra or {})
     atomic_write_json(out / "audit.json", record)
     plot_report(result, out / "report.png")
     return record

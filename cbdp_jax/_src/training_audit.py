@@ -497,18 +497,35 @@ def training_runs(
     check_key(key)
     n = check_int_at_least("runs", n, 1)
     prep = prepare(problem) if prep is None else prep
-    cached = _PROGRAMS.get((id(problem), id(prep), n))
-    if cached is None or cached[0] is not problem or cached[1] is not prep:
+
+    def compile_program():
         run = make_run(problem, prep)
-        program = jax.jit(lambda k, present: _many(problem, run, k, present, n))
-        if len(_PROGRAMS) >= 4:  # the last few programs kept: D and D' (and other keys) reuse them
-            _PROGRAMS.pop(next(iter(_PROGRAMS)))
-        cached = _PROGRAMS[(id(problem), id(prep), n)] = (problem, prep, program)
-    out = cached[2](key, jnp.float32(canary))
+        return jax.jit(lambda k, present: _many(problem, run, k, present, n))
+
+    # the last few programs kept: D and D' (and other keys) reuse them
+    program = _remembered(_PROGRAMS, (problem, prep), n, compile_program, keep=4)
+    out = program(key, jnp.float32(canary))
     return RunOutput(*(np.asarray(a) for a in out))
 
 
-_PROGRAMS: dict[tuple[int, int, int], tuple[TrainingProblem, Prepared, Any]] = {}
+def _remembered(store: dict, owners: tuple, extra: Any, build, *, keep: int) -> Any:
+    """``build()``, kept in ``store`` under the identity of ``owners`` and ``extra``.
+
+    Identity, not equality: a problem holds a module, so it is not hashable. A hit must hold the very
+    same objects; the ``keep`` newest entries stay.
+    """
+    key = (*map(id, owners), extra)
+    hit = store.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], owners, strict=True)):
+        return hit[1]
+    value = build()
+    while len(store) >= keep:
+        store.pop(next(iter(store)))
+    store[key] = (owners, value)
+    return value
+
+
+_PROGRAMS: dict[tuple, tuple[tuple, Any]] = {}
 
 
 def default_claim(problem: TrainingProblem, delta: float = 1e-5) -> str:
@@ -549,7 +566,7 @@ def training_audit_config(epsilon: float = 1.0, **overrides) -> Any:
     return AuditConfig(**(base | overrides))
 
 
-_MECHANISMS: dict[int, tuple[TrainingProblem, AuditMechanism]] = {}
+_MECHANISMS: dict[tuple, tuple[tuple, AuditMechanism]] = {}
 
 
 def audit_training(
@@ -583,10 +600,7 @@ def audit_training(
         raise InvalidParameterError(
             f"claim={text!r} is invalid: a training audit checks pure:, approx: or dpsgd: claims"
         )
-    mech = _MECHANISMS.get(id(problem), (None, None))[1]
-    if _MECHANISMS.get(id(problem), (None,))[0] is not problem:
-        mech = training_mechanism(problem)
-        _MECHANISMS.clear()  # one problem's compiled program kept: audits of it with other keys reuse it
-        _MECHANISMS[id(problem)] = (problem, mech)
+    # one problem's mechanism (and compiled program) kept: audits of it with other keys reuse it
+    mech = _remembered(_MECHANISMS, (problem,), None, lambda: training_mechanism(problem), keep=1)
     config = training_audit_config(parsed.epsilon) if config is None else config
     return audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)

@@ -82,3 +82,13 @@ def max_traces(monkeypatch):
         monkeypatch.setattr(module, name, chex.assert_max_traces(getattr(module, name), n=n))
 
     return wrap
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``ci`` (a slow test CI runs on every landing) must also be marked ``slow``: the
+    marker says which slow tests CI adds, and a ``ci`` test in the default run would run twice there."""
+    loose = [
+        i.nodeid for i in items if i.get_closest_marker("ci") and not i.get_closest_marker("slow")
+    ]
+    if loose:
+        raise pytest.UsageError(f"marked ci but not slow: {', '.join(loose[:5])}")

@@ -46,10 +46,17 @@ CASES = [
 ]  # fmt: skip
 
 
+def _marks(case_id: str) -> tuple:
+    """The two Laplace polynomial cases (about 15 s each on 2 cores) run with -m slow and in CI."""
+    return (pytest.mark.slow, pytest.mark.ci) if case_id in SLOW_CASES else ()
+
+
+SLOW_CASES = ("laplace-poly2-kl", "laplace-poly3-renyi2")
+
+
 @pytest.mark.parametrize(
     "mech, pair, divergence, alpha, cls, degree, n_test, allowance",
-    [c[1:] for c in CASES],
-    ids=[c[0] for c in CASES],
+    [pytest.param(*c[1:], id=c[0], marks=_marks(c[0])) for c in CASES],
 )
 def test_estimate_matches_the_exact_restricted_value(
     mech, pair, divergence, alpha, cls, degree, n_test, allowance
@@ -69,6 +76,8 @@ def test_estimate_matches_the_exact_restricted_value(
     assert not any("not converged" in w or "can certify at most" in w for w in res.warnings)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_an_mlp_closes_the_capacity_gap_for_laplace_kl():
     # D^lin = 0.2260 and the unrestricted KL eps - 1 + e^-eps = 0.3679 at eps = 1: an MLP must get
     # well past the linear class (the gap is ~30 SE) and stay below the ceiling within noise.
@@ -84,6 +93,8 @@ def test_an_mlp_closes_the_capacity_gap_for_laplace_kl():
     assert res.lower_bound <= truth
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_the_coverage_experiment_runs_and_its_bounds_cover(tmp_path):
     # `cbdp reproduce coverage` (cbdp_jax/experiments/coverage.py), quick: 20 independent runs of the
     # linear KL bound at Laplace eps = 1. A 95% bound misses in >= 5 of 20 runs with probability 0.3%

@@ -193,6 +193,8 @@ GRAD_POINTS = [(cal, s) for cal in CASES[:5] for s in (0.6, 1.0, 1.7)] + [
 ]
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_implicit_gradient_matches_central_differences_at_20_points():
     assert len(GRAD_POINTS) == 20
     grad = jax.grad(exact_value)

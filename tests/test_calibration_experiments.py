@@ -49,6 +49,8 @@ def test_adaptive_composition_quick(tmp_path):
         assert r["joint_se"] > 0 and r["sum_of_steps"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_adaptive_composition_is_checkpointed_per_estimate(tmp_path):
     # Full mode: 36 estimates of 3,000 steps on 400k samples each (about half an hour on 2 cores), one
     # unit per estimate, so a resume loses at most one estimate. The ids are unique, the key folds

@@ -43,6 +43,8 @@ def test_three_samples_give_a_finite_bound_and_say_how_little_they_can_certify(g
     assert res.bound_reliable is (guarantee == "finite-sample")
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_randomized_response_at_eps_12_is_finite_and_below_the_truth():
     # KL(RR(0) || RR(1)) = (p - q) eps = 11.9999 for k = 2; 1e5 samples per side can certify at most
     # about log(1e5) - 1.8 = 9.7 with ANY bounded critic, so every finite-sample bound is below it.
@@ -63,6 +65,8 @@ def test_randomized_response_at_eps_12_is_finite_and_below_the_truth():
             assert res.bound_reliable and res.guarantee == "finite-sample"
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_two_points_against_one_is_not_infinite_for_the_linear_class():
     # P = (delta_0 + delta_2) / 2, Q = delta_1: every linear h has E_P h = E_Q h, so KL^lin = 0,
     # although the supports are disjoint (the unrestricted KL is +inf). Samples must not say +inf.
@@ -94,6 +98,8 @@ def test_a_non_private_release_is_infinite_from_its_law_but_finite_for_a_bounded
     assert bounded.guarantee == "finite-sample"
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_laplace_eps2_linear_kl_heavy_tail_is_shrunk_and_a_light_one_is_not():
     # At eps = 2 the optimal slope gives exp(h) under Q the tail index 1.618 < 2 (infinite variance):
     # the asymptotic bound must come from a shrunken member (t < 1) or be refused, in every run.
@@ -178,6 +184,8 @@ def test_traced_shrink_refuses_to_move_when_no_member_clears_the_check():
     assert (float(s), float(c), float(t)) == (1.0, 0.25, 1.0)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_results_say_which_guarantee_and_what_they_bound():
     res = estimate(
         jax.random.key(4),
@@ -253,6 +261,8 @@ def test_exact_linear_value_is_a_fixed_reference_for_the_coverage_benchmark():
     assert v == pytest.approx(a + math.log(1.0 - a * a / 4.0), abs=1e-9)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_kl_conservative_fit_matches_scoring_every_candidate():
     """The KL refit scores its 41 constants c - k/4 from one pass (f* = exp(s - 1) scales by
     exp(-d)); it must pick the constant a direct float64 evaluation of every candidate picks, on
@@ -318,6 +328,8 @@ def test_conservative_fit_shrinks_a_heavy_tailed_scale_and_keeps_a_light_one():
     assert lcb(float(s_heavy)) >= lcb(1.0)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_kl_poly3_under_laplace_noise_is_trained_as_poly2_and_says_why():
     # A cubic term makes E_Q[exp h] infinite under Laplace noise, so D^{poly_3} = D^{poly_2} (exact:
     # 0.261403 at eps = 1); samples cannot see it (the capacity curve once certified 0.2627 > 0.2614).
@@ -338,6 +350,8 @@ def test_kl_poly3_under_laplace_noise_is_trained_as_poly2_and_says_why():
     assert renyi.adversary == "poly_3" and not any("trained as" in w for w in renyi.warnings)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_the_sweep_applies_the_same_kl_rule_per_class():
     """One rule (objectives.kl_domain_reduction) for the estimator and the sweep: poly_3 KL members are
     trained as poly_2 and say so; the poly_2 members beside them carry no note."""
@@ -423,6 +437,8 @@ def test_the_largest_finite_bound_keeps_both_conjugate_terms_finite_in_float32(n
     assert math.isfinite(sum(certification.support(div, cap)))
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_randomized_response_at_eps_12_gets_a_finite_sample_bound_below_the_truth():
     # The case of the issue: 1e5 samples per side of randomized response at eps = 12 (KL = 11.9999).
     # It crashed with the finite-sample guarantee; now the bound is finite, below the truth (by far: n

@@ -49,6 +49,8 @@ def _laplace_sum(key, d, n):
 AUDIT = au.AuditConfig(samples=200_000, estimator_steps=400, confidence=0.95)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_true_capacity_claim_on_the_linear_class_is_never_declared_false():
     # D^lin_KL = 0.7549 < 0.765: the claim is true. At cd59564 the finite-sample route certified
     # B tanh(linear / B) (KL 0.79-1.08) and declared it violated in 4 of 4 seeds. Now only bounds on
@@ -107,6 +109,8 @@ def _cli_json(*args) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_finite_sample_bound_of_an_unbounded_class_is_labelled_and_shown_beside_the_ceiling():
     common = ["--mechanism", "laplace", "--epsilon", "2", "--adversary", "linear",
               "--divergence", "kl", "--samples", "20000", "--steps", "300"]  # fmt: skip
@@ -126,6 +130,8 @@ def test_a_finite_sample_bound_of_an_unbounded_class_is_labelled_and_shown_besid
     assert "central limit theorem" in rec["assumption"]
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_kl_from_sample_files_applies_the_domain_rule_and_bounds_the_named_class():
     # Laplace(0, 1) vs Laplace(1, 1) from arrays, poly_3 KL: any nonzero cubic coefficient makes
     # E_Q[exp h] infinite, so D^poly3 = D^poly2 = 0.26140 (exact solver; the scipy check is in
@@ -178,6 +184,8 @@ def test_the_estimate_is_the_fitted_critic_even_when_the_bound_comes_from_a_shru
 # --- 4. guarantee='auto' falls back to the finite-sample bound, decided on validation data ----------
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_auto_falls_back_to_the_finite_sample_bound_when_the_tails_are_heavy():
     # Student t(2.5) outputs, linear Renyi-2: f*(h) ~ h^2 has tail index 1.25, so the asymptotic bound
     # is refused (at cd59564 auto took it and reported the trivial bound 0). Auto must see this on
@@ -323,6 +331,8 @@ def test_the_empirical_epsilon_of_laplace_never_exceeds_its_true_epsilon():
     assert res.to_dict()["empirical"]["epsilon"] == res.empirical.epsilon
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_cli_audit_exit_status_tells_a_script_whether_a_violation_was_certified(tmp_path):
     mech = tmp_path / "mech.py"
     mech.write_text(
@@ -347,6 +357,8 @@ def test_bound_kinds_and_levels_are_consistent_with_the_statistics_module():
     assert audit_src._detectable(1.0, 100, 0.95, 1) == pytest.approx(bounds.z_quantile(0.95) / 10)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_sweep_of_saturated_bounded_members_stays_inside_its_support():
     # Laplace eps 16 and 32 against a linear critic bounded at 2, trained at a large step: the members
     # saturate at +-B, and at cd59564 the betting bound raised "observations leave the stated support"

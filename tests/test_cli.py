@@ -387,6 +387,8 @@ def test_calibrate_reports_a_bad_target_before_a_missing_order():
     assert proc.returncode == 2 and "target=-1.0 is invalid" in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_the_demo_table_fits_80_columns_without_cutting_a_label():
     # `cbdp demo` piped with COLUMNS=80 (small sizes: the table's shape, not its numbers): every line
     # fits, no cell is cut with an ellipsis, and the longest labels appear whole (a cell too wide for

@@ -81,6 +81,8 @@ def test_trainer_runs_inside_a_users_jit_and_scan_and_reaches_the_exact_value():
     assert abs(value - LIN_KL_LAPLACE_1) < 4 * se + 0.005
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_custom_module_with_a_users_optax_optimizer_through_the_estimator():
     custom = CustomAdversary(Affine, AFFINE, name="affine")
     cfg = EstimatorConfig(steps=600, eval_every=100, ensemble=2, batch_size=2048,
@@ -107,6 +109,8 @@ def test_wrong_declarations_the_outputs_contradict_are_errors():
         trainer(Saturating(nnx.Rngs(0)), Divergence.kl(), dim=1)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_lbfgs_refuses_minibatches_and_runs_full_batch():
     rng = np.random.default_rng(3)
     p, q = rng.laplace(0, 1, 20_000), rng.laplace(1, 1, 20_000)

@@ -56,6 +56,8 @@ def _rows(out: Path) -> tuple[dict, np.ndarray]:
     return record, np.array([[r[k] for k in keys] for r in record["rows"]], dtype=float)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_two_processes_of_two_devices_match_one_process(tmp_path):
     two = _sweep(tmp_path / "two", "--processes", "2", "--devices-per-process", "2")
     assert two.returncode == 0, two.stderr + two.stdout

@@ -19,7 +19,18 @@ MODULES = sorted(
 )
 
 
-@pytest.mark.parametrize("name", MODULES)
+# The estimator's and the sweep's examples train adversaries (about 15 s each on 2 cores): they run
+# with -m slow and in CI (marker ci); every other module's examples run by default.
+SLOW_MODULES = ("cbdp_jax._src.estimator", "cbdp_jax._src.sweep")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(m, marks=(pytest.mark.slow, pytest.mark.ci) if m in SLOW_MODULES else ())
+        for m in MODULES
+    ],
+)
 def test_docstring_examples(name):
     module = importlib.import_module(name)
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -67,6 +67,8 @@ def test_linear_kl_laplace_matches_exact_value():
     assert res.samples["test_p"] == 2_000_000 and res.samples["train_p"] == 60_000
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_linear_renyi_laplace_matches_exact_value():
     p, q = _laplace_samples(1, 300_000)
     res = estimate_from_samples(
@@ -78,6 +80,8 @@ def test_linear_renyi_laplace_matches_exact_value():
     assert res.lower_bound <= LIN_RENYI4_LAPLACE_1
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_gaussian_linear_kl_from_mechanism_entry():
     res = estimate(
         jax.random.key(2),
@@ -105,6 +109,8 @@ def test_fresh_samples_training_matches_exact_value():
     _assert_two_sided(res, LIN_KL_LAPLACE_1, 0.002)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_estimate_is_held_out_not_in_sample():
     """P = Q, so D^H = 0 for every class. A wide MLP trained on 240 samples per side finds spurious
     structure in them: its in-sample value is biased upward, its held-out value is not.
@@ -156,6 +162,8 @@ def test_point_mass_release_is_infinite_with_reason():
     assert '"inf"' in res.to_json() and "NaN" not in res.to_json()
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_identical_distributions_bound_covers_zero():
     rng = np.random.default_rng(9)
     p, q = rng.normal(size=20_000), rng.normal(size=20_000)
@@ -208,6 +216,8 @@ def test_the_trace_guard_catches_a_retrace(max_traces):
         )
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.x64
 def test_float64_and_lbfgs_linear_class():
     p, q = _laplace_samples(12, 40_000)
@@ -216,6 +226,8 @@ def test_float64_and_lbfgs_linear_class():
     assert abs(res.estimate - LIN_KL_LAPLACE_1) < 4 * res.std_error + 0.002
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_progress_callback_is_called_once_per_block():
     seen = []
     cfg = EstimatorConfig(steps=300, eval_every=100, ensemble=1, progress=seen.append)
@@ -268,6 +280,7 @@ def test_bad_config_is_rejected(kwargs):
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.parametrize("mech", ["laplace", "gaussian"])
 @pytest.mark.parametrize("div,alpha,rel", [("kl", None, 0.01), ("renyi", 4.0, 0.03)])
 @pytest.mark.parametrize("adversary,degree", [("linear", 1), ("poly", 2), ("poly", 3)])
@@ -307,6 +320,7 @@ def test_million_sample_accuracy_against_exact(mech, div, alpha, rel, adversary,
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_mlp_closes_the_capacity_gap_for_laplace_kl():
     truth = 1.0 - 1.0 + math.exp(-1.0)  # eps - 1 + e^-eps at eps = 1
     cfg = EstimatorConfig(steps=3000, ensemble=4, batch_size=4096, learning_rate=3e-3)

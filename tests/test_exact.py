@@ -492,6 +492,8 @@ def test_mechanism_objects_are_accepted():
     assert isinstance(r, ExactResult) and r.value == pytest.approx(0.410577, abs=MD)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_one_pair_type_for_the_exact_layer_and_the_estimator():
     """The exact layer's constructors return the estimator's NeighbouringPair, and the exact layer
     takes any NeighbouringPair whose laws it knows (a custom query, signed shifts), so one object

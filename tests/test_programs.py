@@ -178,6 +178,8 @@ def test_fingerprints_are_values_never_addresses():
         assert fp(unknown) is None, unknown
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_an_estimate_from_stored_programs_equals_one_traced(store, max_traces, monkeypatch):
     from cbdp_jax._src import evaluation, training
 
@@ -246,6 +248,8 @@ def _cbdp(args, env, tmp_path):
     )
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_second_cbdp_process_runs_stored_programs_and_prints_the_same_numbers(tmp_path):
     import os
 
@@ -289,6 +293,8 @@ def _library_call(tmp_path, store: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_library_users_second_process_runs_stored_programs_with_the_same_numbers(tmp_path):
     # estimate_from_samples is served by the store like the command line: a library user's second
     # process loads the first one's executables (nothing new is stored) and gets the same numbers.

@@ -154,6 +154,8 @@ def _draw(family: str, scale: float, rng: np.random.Generator, shift: float, n: 
     return rng.normal(shift, scale, n)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.x64
 @EST_SETTINGS
 @given(
@@ -175,6 +177,8 @@ def test_estimator_bound_covers_zero_when_p_equals_q(family, scale, div, seed):
     assert res.lower_bound == 0.0  # the reported bound is the f-scale bound clamped at 0
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.x64
 @EST_SETTINGS
 @given(
@@ -204,6 +208,8 @@ def _lbfgs_config() -> EstimatorConfig:
     return EstimatorConfig(steps=100, eval_every=20, ensemble=1, optimizer="lbfgs", dtype="float64")
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.x64
 @EST_SETTINGS
 @given(
@@ -232,6 +238,8 @@ def test_linear_estimate_invariant_under_decreasing_affine_reparametrisation(fam
     assert abs(moved.estimate - base.estimate) <= tol, (base.estimate, moved.estimate, tol)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.x64
 @EST_SETTINGS
 @given(

@@ -748,13 +748,20 @@ def _nan_paths(obj, path="result"):
     return []
 
 
-# d = 1000 costs ~20 s per dtype on the shared 2-core machine: float64 runs by default, float32 is slow.
+# Each extreme runs in one dtype by default and in the other with -m slow (CI runs both: marker ci):
+# float32 by default, except d = 1000 (~20 s per dtype on 2 cores), whose float64 run is the default.
 # float64 runs need x64 on: those parameters carry the x64 marker (tests/conftest.py).
+def _extreme_marks(name: str, dtype: str) -> list:
+    marks = [pytest.mark.x64] if dtype == "float64" else []
+    default_dtype = "float64" if name == "gaussian-d=1000" else "float32"
+    return marks if dtype == default_dtype else [*marks, pytest.mark.slow, pytest.mark.ci]
+
+
 EST_PARAMS = [
-    pytest.param(name, dtype, id=f"{name}-{dtype}", marks=[pytest.mark.slow] if (name == "gaussian-d=1000" and dtype == "float32") else [pytest.mark.x64] if dtype == "float64" else [])
+    pytest.param(name, dtype, id=f"{name}-{dtype}", marks=_extreme_marks(name, dtype))
     for name in EST_EXTREMES
     for dtype in ("float32", "float64")
-]  # fmt: skip
+]
 DTYPES = ["float32", pytest.param("float64", marks=pytest.mark.x64)]
 
 

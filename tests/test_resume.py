@@ -173,6 +173,8 @@ def _reference_out(reference) -> Path:
     return reference["out"]
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_sigkill_mid_sweep_then_resume_equals_uninterrupted_run(driver, reference, tmp_path):
     out = tmp_path / "out"
     units = out / ".units" / "sweep"

@@ -264,6 +264,8 @@ def test_t_step_cases_without_an_exact_rule_are_refused():
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_estimates_on_the_subsampled_gaussian_match_the_linear_value_and_close_the_gap():
     """Default-run version of the slow test below (10^5 training, 10^6 held-out samples per side).
 
@@ -295,6 +297,7 @@ def test_estimates_on_the_subsampled_gaussian_match_the_linear_value_and_close_t
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_mlp_estimate_lies_between_the_linear_and_unrestricted_values():
     """10^6 samples per side: the held-out MLP estimate of KL(M || G) beats the exact linear value (an
     MLP sees the mixture's curvature) and its lower bound stays below the unrestricted value."""

@@ -54,6 +54,8 @@ def test_a_deprecation_warning_from_the_library_fails_the_run_and_a_third_party_
     assert "test_ours" in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_the_x64_guard_fails_a_test_that_finds_x64_left_on(tmp_path):
     # conftest's autouse fixture: an unmarked test that finds x64 on fails (a test leaked it).
     body = """
@@ -73,6 +75,8 @@ def test_the_x64_guard_fails_a_test_that_finds_x64_left_on(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 @pytest.mark.parametrize("profile, identical", [("derandomized", True), ("explore", False)])
 def test_the_hypothesis_profile_reaches_every_property_test(tmp_path, profile, identical):
     # HYPOTHESIS_PROFILE=explore must draw fresh examples in every property test (no test may pin

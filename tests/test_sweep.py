@@ -48,6 +48,8 @@ def _check_against_exact(row, exact, shortfall):
     assert row["finite"]
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_linear_sweep_matches_exact_kl_and_renyi(max_traces):
     config = SweepConfig(steps=1500, eval_every=100, batch_size=2048, test_samples=200_000)
     mechs = [LaplaceMechanism(epsilon=1.0), GaussianMechanism(sigma=1.0)]
@@ -77,6 +79,8 @@ def test_linear_sweep_matches_exact_kl_and_renyi(max_traces):
         _check_against_exact(row, LAPLACE_LIN_RENYI[row["alpha"]], shortfall=0.01)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_other_prng_implementations_train_to_the_exact_value_and_keys_must_match():
     # The README suggests a cheaper PRNG for fresh-sample training; the estimate must stay correct.
     config = SweepConfig(steps=1500, eval_every=100, batch_size=2048, test_samples=200_000)
@@ -122,6 +126,8 @@ def test_traced_alpha_gives_the_closed_forms_of_the_float_alpha():
         np.testing.assert_allclose(alpha_optimal_scale(h_p, h_q, float(a)), want, rtol=1e-12)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_second_call_with_same_shapes_does_not_recompile_and_batches_do_not_change_results(
     max_traces,
 ):
@@ -154,6 +160,8 @@ def test_second_call_with_same_shapes_does_not_recompile_and_batches_do_not_chan
         np.testing.assert_allclose(a["std_error"], b["std_error"], rtol=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_train_then_evaluate_equals_estimate_and_select_best_uses_validation():
     mech = LaplaceMechanism(epsilon=1.0)
     config = dataclasses.replace(SMALL, shared_noise=False)  # every member draws its own noise
@@ -221,6 +229,8 @@ _SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_sweep_shards_members_over_four_devices_and_matches_one_device():
     env = {
         **os.environ,
@@ -241,6 +251,8 @@ def test_sweep_shards_members_over_four_devices_and_matches_one_device():
     np.testing.assert_allclose(out["val_many"], out["val_one"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_sweep_shrinks_a_heavy_tailed_critic_as_the_estimator_does():
     # Laplace eps = 2, linear KL: the optimal critic's exp(h) under Q has tail index 1.618 < 2. Like
     # the estimator, the sweep must shrink each member on validation data (t < 1) until its tails

@@ -954,7 +954,7 @@ def _split(name: str, arr: np.ndarray, key: jax.Array, config: EstimatorConfig):
             f"{name} has {n} samples: the split {fracs} needs at least {need} per side (two in each "
             "of train, validation and test)"
         )
-    idx = np.asarray(jax.random.permutation(key, n))
+    idx = keys.permutation(key, n)  # = jax.random.permutation(key, n), sorted on the host
     n_tr, n_va = int(fracs[0] * n), int(fracs[1] * n)
     x = jnp.asarray(arr[idx], jnp.dtype(config.dtype))
     return x[:n_tr], x[n_tr : n_tr + n_va], x[n_tr + n_va :]

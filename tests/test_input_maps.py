@@ -141,6 +141,11 @@ def test_screen_keeps_the_standard_map_on_ordinary_samples():
     assert not heavy and 1.0 < ratio < 2.0, ratio  # Laplace: std / (IQR / 1.349) = 1.38
     names, why = input_maps.candidates("auto", p, q)
     assert names == ["standard"] and "at most" in why
+    # A rare level of a discrete output (1 in 200 among 0s) is no squeeze: its levels stay apart, so
+    # the screen leaves few-level coordinates out; its raw ratio (~14) would have fired the screen.
+    bits = (rng.random((50_000, 1)) < 0.005).astype(float)
+    assert np.std(bits) / input_maps.robust_scale(bits)[0] > input_maps.SPREAD_RATIO
+    assert not input_maps.screen(bits, bits)[0]
     c, d = _atoms_beside_cauchy(0, 20_000)
     assert input_maps.candidates("auto", c[:, None], d[:, None])[0] == [
         "standard",

@@ -17,7 +17,7 @@ Once fitted, T is a fixed measurable function, so h o T is one fixed critic and 
 docs/theory/bounds.md holds for it as it does for h: it bounds D^{H o T} and the unrestricted
 divergence (docs/theory/bounds.md, "Input maps"). ``'auto'`` first screens the pooled training samples
 (:func:`screen`): when the standard deviation is within :data:`SPREAD_RATIO` of the robust scale in every
-coordinate the data are ordinary and only ``'standard'`` is used (the estimate is then exactly the one
+coordinate that is not a few-level one, the data are ordinary and only ``'standard'`` is used (the estimate is then exactly the one
 ``'standard'`` gives); otherwise all three maps are trained and the one with the best predicted bound on
 VALIDATION samples is evaluated.
 
@@ -32,7 +32,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -41,6 +40,8 @@ INPUT_MAP_CHOICES = (*INPUT_MAPS, "auto")
 # 'auto' tries the robust maps when the standard deviation exceeds this multiple of the robust scale
 # in some coordinate (about 1 for a Gaussian, 1.4 for a Laplace law, 2 for a log-normal(0, 1)).
 SPREAD_RATIO = 5.0
+# ... counted only in coordinates where at least this share of the pooled training values are distinct.
+MIN_DISTINCT_SHARE = 0.01
 # The rank map counts values closer than this many robust-scale units as tied: an atom blurred by
 # rounding-level noise (a scale clamped at 1e-12) is one level, not a spread of ranks.
 TIE_RESOLUTION = 1e-6
@@ -131,15 +132,20 @@ def fit(kind: str, train_p: np.ndarray, train_q: np.ndarray) -> InputMap:
 def screen(train_p: np.ndarray, train_q: np.ndarray) -> tuple[bool, float]:
     """Are the pooled training samples outlier-heavy? ``(heavy, largest std / robust-scale ratio)``.
 
-    Heavy when the standard deviation exceeds :data:`SPREAD_RATIO` times the robust scale in some
-    coordinate: the adversary's mean / standard-deviation standardisation would then be set by the
-    outliers and squeeze the bulk (and any atoms in it) together.
+    Heavy when, in some coordinate with at least :data:`MIN_DISTINCT_SHARE` of its values distinct, the
+    standard deviation exceeds :data:`SPREAD_RATIO` times the robust scale: the adversary's mean /
+    standard-deviation standardisation would then be set by the outliers and squeeze the bulk (and any
+    atoms in it) together. A coordinate with few levels (bits, counts, an argmax) is left out: its
+    levels stay apart whatever its spread (a rare 1 among 0s has a ratio near 10, no squeeze).
     """
     pooled = np.concatenate([np.asarray(train_p, np.float64), np.asarray(train_q, np.float64)])
-    std = np.std(pooled, axis=0)
-    ratio = float(np.max(std / robust_scale(pooled)))
-    if not math.isfinite(ratio):
-        return True, math.inf
+    with np.errstate(all="ignore"):
+        ratios = np.std(pooled, axis=0) / robust_scale(pooled)
+    many = [
+        np.unique(pooled[:, j]).size >= MIN_DISTINCT_SHARE * len(pooled) for j in range(len(ratios))
+    ]
+    ratios = np.where(np.asarray(many, bool) & ~np.isnan(ratios), ratios, 0.0)
+    ratio = float(np.max(ratios)) if ratios.size else 0.0
     return ratio > SPREAD_RATIO, ratio
 
 

@@ -124,9 +124,9 @@ class EstimatorConfig:
         training samples' empirical CDF), or ``'auto'`` (``'standard'`` unless the training samples'
         standard deviation exceeds 5 times their robust scale in a coordinate with many distinct
         values; then all three are trained and the best predicted bound on validation samples is
-        evaluated). With a map other than the
-        identity the bound is on the class composed with the map (``certified_class`` says so) and
-        on the unrestricted divergence. :func:`estimate` supports it without ``fresh_samples`` only.
+        evaluated). With a map other than the identity the bound is on the class composed with the
+        map (``certified_class`` says so) and on the unrestricted divergence. :func:`estimate`
+        supports the robust maps without ``fresh_samples`` only.
 
     """
 

@@ -368,6 +368,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         confidence=args["confidence"],
         both_directions=args["both_directions"],
         guarantee=args.get("guarantee", "auto"),
+        input_map=args.get("input_map", "auto"),
         target=args.get("target"),
         dtype=args["dtype"],
         eval_every=max(1, min(100, args["steps"] // 10)),
@@ -615,6 +616,14 @@ def estimate_cmd(
             "(class, falling back to finite-sample when the validation tails are too heavy)"
         ),
     ] = "auto",
+    input_map: Annotated[
+        str,
+        typer.Option(
+            help="the critic's input map, fitted on training samples: standard, robust (asinh of "
+            "median/IQR-scaled x), rank (training ECDF) or auto (standard unless outliers set the "
+            "spread; then the best of the three on validation data)"
+        ),
+    ] = "auto",
     target: Annotated[
         float | None,
         typer.Option(
@@ -652,6 +661,7 @@ def estimate_cmd(
         alpha=alpha, samples=samples, test_samples=test_samples, steps=steps, ensemble=ensemble,
         batch_size=batch_size, learning_rate=learning_rate, confidence=confidence,
         both_directions=both_directions, guarantee=guarantee, target=target, dtype=dtype, seed=seed,
+        input_map=input_map,
     )  # fmt: skip
     if p_samples is not None or q_samples is not None:
         args.update(p_samples=_path_or_none(p_samples), q_samples=_path_or_none(q_samples))
@@ -718,6 +728,8 @@ def _emit(
     _echo_wrapped(f"assumption: {result.assumption}")
     if result.guarantee_choice:
         _echo_wrapped(f"guarantee: {result.guarantee_choice}")
+    if result.input_map != "standard" or " trained" in result.input_map_choice:
+        _echo_wrapped(f"input map: {result.input_map} ({result.input_map_choice})")
     if not result.bound_reliable and result.refusal:
         typer.echo(f"bound refused: {result.refusal}", err=True)
     for w in result.warnings:

@@ -239,6 +239,34 @@ def predicted_bound_from_moments(
     return mean - bet, "betting"
 
 
+def validation_score(
+    div: Divergence,
+    crit_p: np.ndarray,
+    crit_q: np.ndarray,
+    test_support: tuple[float, float] | None,
+    *,
+    n_test: int,
+    confidence: float,
+) -> float:
+    """The bound a planned critic is predicted to give at ``n_test``, from its validation outputs.
+
+    f-scale; ``-inf`` when not finite. ``test_support`` is the finite-sample plan's support (the better
+    method's prediction is used), or None for an asymptotic plan (the CLT bound mean - z sd / sqrt(n)).
+    It compares critics on validation samples (e.g. one per input map); it certifies nothing.
+    """
+    n = min(crit_p.size, crit_q.size)
+    t_p, t_q = _terms(div, np.asarray(crit_p[:n]), np.asarray(crit_q[:n]))
+    diff = t_p - t_q
+    if test_support is not None:
+        value, _ = predicted_bound(diff, test_support[0], test_support[1], n_test, confidence)
+    elif n < 2 or not np.all(np.isfinite(diff)):
+        value = -math.inf
+    else:
+        sd = float(np.std(diff, ddof=1))
+        value = float(np.mean(diff)) - bounds.z_quantile(confidence) * sd / math.sqrt(n_test)
+    return value if math.isfinite(value) else -math.inf
+
+
 def choose_bound(
     div: Divergence,
     h_val_p: np.ndarray,

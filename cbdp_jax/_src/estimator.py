@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cbdp_jax._src import certification, keys
+from cbdp_jax._src import certification, input_maps, keys
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
 from cbdp_jax._src.core import Trainer, cached_trainer, closed_form_fit
 from cbdp_jax._src.core import fit as core_fit
@@ -117,6 +117,16 @@ class EstimatorConfig:
         and the evaluation stops as soon as the lower bound reaches ``target`` (reported scale), or
         when the test budget is spent. The bound is then the anytime-valid betting confidence
         sequence (finite-sample; valid under this optional stopping). None: one fixed-size test set.
+      input_map: The fixed map the critic sees its inputs through, fitted on the pooled training
+        samples and applied unchanged to validation and test samples (:mod:`input_maps`,
+        docs/theory/bounds.md "Input maps"): ``'standard'`` (none: the class's own mean / std
+        standardisation), ``'robust'`` (asinh of the median / IQR-scaled input), ``'rank'`` (the
+        training samples' empirical CDF), or ``'auto'`` (``'standard'`` unless the training samples'
+        standard deviation exceeds 5 times their robust scale in a coordinate with many distinct
+        values; then all three are trained and the best predicted bound on validation samples is
+        evaluated). With a map other than the identity the bound is on the class composed with the
+        map (``certified_class`` says so) and on the unrestricted divergence. :func:`estimate`
+        supports the robust maps without ``fresh_samples`` only.
 
     """
 
@@ -138,6 +148,7 @@ class EstimatorConfig:
     finite_sample_method: str = "auto"
     tail_margin: float = TAIL_MARGIN
     target: float | None = None
+    input_map: str = "auto"
     progress: Callable[[Any], None] | None = dataclasses.field(default=None, compare=True)
 
     def __post_init__(self):
@@ -170,6 +181,12 @@ class EstimatorConfig:
             "finite_sample_method", self.finite_sample_method, certification.METHOD_CHOICES
         )
         check_in_range("tail_margin", self.tail_margin, 0.0, 10.0)
+        check_choice("input_map", self.input_map, input_maps.INPUT_MAP_CHOICES)
+        if self.guarantee == "class" and self.input_map in ("robust", "rank"):
+            raise InvalidParameterError(
+                f"input_map={self.input_map!r} is invalid with guarantee='class': a bound on the "
+                "class itself needs input_map 'standard' or 'auto' (which then keeps 'standard')"
+            )
         if self.target is not None:
             check_finite_scalar("target", self.target)
             if self.both_directions:
@@ -236,6 +253,10 @@ class EstimateResult:
       assumption: What the bound rests on: none for a finite-sample bound; the CLT with finite
         variances (beyond the sampled range too) for an asymptotic one.
       guarantee_choice: Why this guarantee was used (for ``'auto'``: which, and why).
+      input_map: The input map the evaluated critic saw its inputs through (``'standard'``,
+        ``'robust'`` or ``'rank'``; fitted on training samples only).
+      input_map_choice: Why that map (for ``'auto'``: the screen's ratio and, when several maps were
+        trained, each one's predicted bound on validation samples, f-scale).
       critic_bound: B of the bounded critic, or None.
       tail_index_p: Hill's tail index of h(X) under P on held-out samples.
       tail_index_q: Hill's tail index of f*(h(Y)) under Q on held-out samples.
@@ -287,6 +308,8 @@ class EstimateResult:
     bounds: str = ""
     assumption: str = ""
     guarantee_choice: str = ""
+    input_map: str = "standard"
+    input_map_choice: str = ""
     critic_bound: float | None = None
     tail_index_p: float = math.inf
     tail_index_q: float = math.inf
@@ -374,8 +397,12 @@ class _Problem:
         sampler: Callable | None = None,
         stats_sample: tuple[jax.Array, jax.Array],
         named_class: str | None = None,
+        input_map: input_maps.InputMap = input_maps.IDENTITY,
+        map_choice: str = "asked for",
     ):
         self.spec, self.divergence, self.trainer = spec, divergence, trainer
+        # The fixed map the samples went through (fitted on training samples) and why it was used.
+        self.input_map, self.map_choice = input_map, map_choice
         # The class the user named (the trained ``spec`` may be a subset of it: kl_domain_reduction).
         self.named_class = spec.label if named_class is None else named_class
         self.config, self.dim = config, dim
@@ -527,6 +554,9 @@ def _finite_sample_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, confidenc
     config, spec, div = prob.config, prob.spec, prob.divergence
     scale, shift = trained.scale, trained.shift
     n_test = min(prob.n_test)
+    if spec.bound is None and prob.input_map.kind != "standard":
+        t = _critic_multiplier(prob, scale * hv_p + shift, scale * hv_q + shift, confidence)
+        scale, shift = t * scale, t * shift
     crit_p, crit_q = scale * hv_p + shift, scale * hv_q + shift
     fixed = None
     if spec.bound is not None:
@@ -551,6 +581,32 @@ def _finite_sample_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, confidenc
     return certification.Plan(
         "finite-sample", method, bound, scale, shift, 1.0, support, label, False
     )
+
+
+# Multipliers t of a mapped critic tried before B is chosen (t = 1: the fitted critic as it is).
+_MULTIPLIERS = tuple(float(t) for t in np.geomspace(1.0, 1e-3, 10))
+
+
+def _critic_multiplier(prob: _Problem, crit_p, crit_q, confidence: float) -> float:
+    """The factor t of ``B tanh(t h / B)`` with the best predicted bound on validation samples.
+
+    Used behind a non-identity input map, where a critic that separates an atom from everything else
+    is fitted with a huge scale (the divergence it sees may be infinite), so that every B either cuts
+    the atom's value or leaves Q's other values large; scaling it down first lets B do its job. Each
+    t is a fixed choice made on validation samples, like B.
+    """
+    n_test, best = min(prob.n_test), (-math.inf, 1.0)
+    for t in _MULTIPLIERS:
+        b, method, sup = certification.choose_bound(
+            prob.divergence, t * crit_p, t * crit_q, n_test=n_test, confidence=confidence,
+            method=_method(prob.config),
+        )  # fmt: skip
+        score = certification.validation_score(
+            prob.divergence, b * np.tanh(t * crit_p / b), b * np.tanh(t * crit_q / b), sup,
+            n_test=n_test, confidence=confidence,
+        )  # fmt: skip
+        best = max(best, (score, t))
+    return best[1]
 
 
 def _asymptotic_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, raw) -> certification.Plan:
@@ -618,13 +674,63 @@ class _Evaluated(NamedTuple):
     sequence: _Sequence | None
 
 
-def _run(key: jax.Array, prob: _Problem, *, direction: str, confidence: float) -> dict[str, Any]:
-    """Trains, plans the certificate on validation data, evaluates once on test data, certifies."""
-    trained = _train(key, prob, z_quantile(confidence))
-    plan = _plan_certificate(prob, trained, confidence)
+def _run(
+    key: jax.Array, probs: list[_Problem], *, direction: str, confidence: float
+) -> dict[str, Any]:
+    """Trains, plans the certificate on validation data, evaluates once on test data, certifies.
+
+    ``probs`` holds one problem per candidate input map (the same samples through different maps);
+    with several, the one whose planned critic predicts the best bound on validation samples is the
+    one evaluated, so the test samples are used once, by a critic chosen without them.
+    """
+    prob, trained, plan, choice = _select(key, probs, confidence)
     ev = _evaluate(prob, trained, plan, confidence)
     bound, check, family, cap = _certify(prob, plan, ev, confidence)
-    return _fields(prob, trained, plan, ev, bound, check, family, cap, direction)
+    fields = _fields(prob, trained, plan, ev, bound, check, family, cap, direction)
+    fields.update(input_map=prob.input_map.kind, input_map_choice=choice)
+    return fields
+
+
+def _select(key: jax.Array, probs: list[_Problem], confidence: float):
+    """``(problem, trained, plan, why)`` of the candidate input map with the best validation score."""
+    z = z_quantile(confidence)
+    if len(probs) == 1:
+        trained = _train(key, probs[0], z)
+        plan = _plan_certificate(probs[0], trained, confidence)
+        return probs[0], trained, _mapped_plan(probs[0], plan), probs[0].map_choice
+    found = []
+    for k, prob in zip(keys.split(key, num=len(probs)), probs, strict=True):
+        trained = _train(k, prob, z)
+        plan = _plan_certificate(prob, trained, confidence)
+        found.append((_validation_score(prob, trained, plan, confidence), prob, trained, plan))
+    score, prob, trained, plan = max(found, key=lambda c: c[0])
+    scores = ", ".join(f"{p.input_map.kind} {v:.4g}" for v, p, _, _ in found)
+    why = (
+        f"{prob.map_choice}; predicted bounds on validation samples (f-scale): {scores}; "
+        f"{prob.input_map.kind} evaluated"
+    )
+    return prob, trained, _mapped_plan(prob, plan), why
+
+
+def _validation_score(prob: _Problem, trained: _Trained, plan, confidence: float) -> float:
+    """The bound the planned critic is predicted to certify at the test size (validation samples)."""
+    critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
+    crit_p = np.asarray(critic_outputs(trained.graphdef, critic, prob.val[0]), np.float64)
+    crit_q = np.asarray(critic_outputs(trained.graphdef, critic, prob.val[1]), np.float64)
+    return certification.validation_score(
+        prob.divergence, crit_p, crit_q, plan.support,
+        n_test=min(prob.n_test), confidence=confidence,
+    )  # fmt: skip
+
+
+def _mapped_plan(prob: _Problem, plan: certification.Plan) -> certification.Plan:
+    """The plan's class composed with the input map: ``H o T`` is not inside H unless T is the identity."""
+    imap = prob.input_map
+    if imap.kind == "standard":
+        return plan
+    return plan._replace(
+        certified_class=f"{plan.certified_class} o {imap.label}", inside_trained_class=False
+    )
 
 
 def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Evaluated:
@@ -818,9 +924,9 @@ def _directions(
             fields = _unbounded(known_infinite, direction)
             fields["bonferroni"] = math.inf
         else:
-            prob = make_problem(swap=direction == "QP")
+            probs = make_problem(swap=direction == "QP")
             level = family_confidence(config.confidence, config.family_size)
-            fields = _run(k, prob, direction=direction, confidence=level)
+            fields = _run(k, probs, direction=direction, confidence=level)
         results.append(fields)
     return results[0], results[1]
 
@@ -908,31 +1014,28 @@ def estimate_from_samples(
     check_same_dim(p, q)
     k_perm, k_fit = jax.random.split(key)
     kp, kq = jax.random.split(k_perm)
-    p_parts = _split("p_samples", p, kp, config)
-    q_parts = _split("q_samples", q, kq, config)
+    p_host = _split("p_samples", p, kp, config)
+    q_host = _split("q_samples", q, kq, config)
     trainer = _trainer(spec, div, p.shape[1], config)
+    mapped, map_choice = _mapped_candidates(config, p_host, q_host)
 
-    def make_problem(swap: bool) -> _Problem:
+    def one_problem(imap, p_parts, q_parts, swap: bool) -> _Problem:
         a, b = (p_parts, q_parts) if not swap else (q_parts, p_parts)
         return _Problem(
-            spec=spec,
-            divergence=div,
-            trainer=trainer,
-            config=config,
-            dim=p.shape[1],
-            train=(a[0], b[0]),
-            val=(a[1], b[1]),
+            spec=spec, divergence=div, trainer=trainer, config=config, dim=p.shape[1],
+            train=(a[0], b[0]), val=(a[1], b[1]),
             test_chunks=lambda: (
-                array_chunks(a[2], config.eval_chunk),
-                array_chunks(b[2], config.eval_chunk),
+                array_chunks(a[2], config.eval_chunk), array_chunks(b[2], config.eval_chunk)
             ),
-            n_test=(a[2].shape[0], b[2].shape[0]),
-            stats_sample=(a[0], b[0]),
-            named_class=named.label,
-        )
+            n_test=(a[2].shape[0], b[2].shape[0]), stats_sample=(a[0], b[0]),
+            named_class=named.label, input_map=imap, map_choice=map_choice,
+        )  # fmt: skip
+
+    def make_problem(swap: bool) -> list[_Problem]:
+        return [one_problem(m, pp, qq, swap) for m, pp, qq in mapped]
 
     pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=None)
-    samples = _counts(*((len(a), len(b)) for a, b in zip(p_parts, q_parts, strict=True)))
+    samples = _counts(*((len(a), len(b)) for a, b in zip(p_host, q_host, strict=True)))
     call = {
         "entry": "samples", "key_data": _key_data(key), "adversary_spec": spec.to_dict(),
         "divergence": divergence, "alpha": alpha, "convention": convention,
@@ -945,7 +1048,7 @@ def estimate_from_samples(
 
 
 def _split(name: str, arr: np.ndarray, key: jax.Array, config: EstimatorConfig):
-    """``arr`` shuffled by ``key`` and cut into (train, validation, test) by ``config.split``."""
+    """``arr`` shuffled by ``key`` and cut into (train, validation, test) by ``config.split`` (host arrays)."""
     fracs = config.split
     need = math.ceil(2 / min(fracs))
     n = arr.shape[0]
@@ -956,13 +1059,31 @@ def _split(name: str, arr: np.ndarray, key: jax.Array, config: EstimatorConfig):
         )
     idx = keys.permutation(key, n)  # = jax.random.permutation(key, n), sorted on the host
     n_tr, n_va = int(fracs[0] * n), int(fracs[1] * n)
-    x = jnp.asarray(arr[idx], jnp.dtype(config.dtype))
+    x = arr[idx]
     return x[:n_tr], x[n_tr : n_tr + n_va], x[n_tr + n_va :]
+
+
+def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) -> tuple[list, str]:
+    """Per candidate input map, ``(map, mapped P parts, mapped Q parts)``; and why these maps.
+
+    Each map is fitted on the pooled TRAINING parts only and applied to all three parts.
+    """
+    names, why = input_maps.candidates(
+        config.input_map, p_host[0], q_host[0], class_bound=config.guarantee == "class"
+    )
+    maps = [input_maps.fit(name, p_host[0], q_host[0]) for name in names]
+    return [(m, _on_device(m, p_host, config), _on_device(m, q_host, config)) for m in maps], why
+
+
+def _on_device(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig) -> tuple:
+    """Host parts through the fitted input map, as arrays of the configured dtype."""
+    dtype = jnp.dtype(config.dtype)
+    return tuple(jnp.asarray(imap(x), dtype) for x in parts)
 
 
 def _mechanism_problem(
     pair, swap: bool, *, spec, div, trainer, config, train, val, k_test, test_samples: int,
-    fresh_samples: bool, named_class: str,
+    fresh_samples: bool, named_class: str, input_map: tuple = (input_maps.IDENTITY, "asked for"),
 ) -> _Problem:  # fmt: skip
     """One direction of a mechanism estimate: drawn training / validation samples, streamed tests."""
     mech, dtype = pair.mechanism, jnp.dtype(config.dtype)
@@ -971,6 +1092,7 @@ def _mechanism_problem(
     va = val if not swap else (val[1], val[0])
     kp, kq = keys.split(keys.fold_in(k_test, int(swap)))
     chunk = config.eval_chunk
+    imap, choice = input_map
     return _Problem(
         spec=spec,
         divergence=div,
@@ -980,14 +1102,52 @@ def _mechanism_problem(
         train=None if fresh_samples else tr,
         val=va,
         test_chunks=lambda: (
-            _sample_chunks(mech, d_a, kp, test_samples, chunk, dtype),
-            _sample_chunks(mech, d_b, kq, test_samples, chunk, dtype),
+            _mapped_chunks(imap, _sample_chunks(mech, d_a, kp, test_samples, chunk, dtype), dtype),
+            _mapped_chunks(imap, _sample_chunks(mech, d_b, kq, test_samples, chunk, dtype), dtype),
         ),
         n_test=(test_samples, test_samples),
         sampler=None if not fresh_samples else _pair_sampler(pair, swap),
         stats_sample=tr,
         named_class=named_class,
+        input_map=imap,
+        map_choice=choice,
     )
+
+
+def _mapped_chunks(imap: input_maps.InputMap, chunks: Iterator, dtype) -> Iterator:
+    """Test chunks through the input map (on the host); the identity passes them through untouched."""
+    if imap.kind == "standard":
+        yield from chunks
+        return
+    for c in chunks:
+        if isinstance(c, Padded):
+            yield Padded(jnp.asarray(imap(np.asarray(c.x)), dtype), c.count)
+        else:
+            yield jnp.asarray(imap(np.asarray(c)), dtype)
+
+
+def _mechanism_maps(config: EstimatorConfig, train, val, *, fresh_samples: bool) -> list:
+    """``[(input map, why), (mapped train, mapped val)]`` per candidate map of a mechanism estimate.
+
+    Maps are fitted on the drawn training samples; in fresh-sample mode the training minibatches are
+    drawn inside the compiled loop, where no host map applies, so only the standard map is possible.
+    """
+    if fresh_samples:
+        return [((input_maps.IDENTITY, "fresh samples: the standard map"), (train, val))]
+    host_tr = tuple(np.asarray(x) for x in train)
+    names, why = input_maps.candidates(
+        config.input_map, *host_tr, class_bound=config.guarantee == "class"
+    )
+    out = []
+    for name in names:
+        imap = input_maps.fit(name, *host_tr)
+        if imap.kind == "standard":
+            out.append(((imap, why), (train, val)))
+            continue
+        on_dev = tuple(_on_device(imap, tuple(np.asarray(x) for x in part), config)
+                       for part in (train, val))  # fmt: skip
+        out.append(((imap, why), on_dev))
+    return out
 
 
 def _counts(train: tuple, val: tuple, test: tuple) -> dict[str, int]:
@@ -1150,6 +1310,11 @@ def estimate(
     t0 = time.perf_counter()
     key = check_key(key)
     pair = _as_pair(pair)
+    if fresh_samples and config.input_map in ("robust", "rank"):
+        raise InvalidParameterError(
+            f"input_map={config.input_map!r} is invalid with fresh_samples=True: the training "
+            "minibatches are drawn inside the compiled loop; use input_map 'standard' or 'auto'"
+        )
     samples, val_samples, test_samples = _sample_sizes(samples, val_samples, test_samples)
     named = _as_spec(adversary, adversary_options)
     div = get_divergence(divergence, alpha=alpha, convention=convention)
@@ -1162,12 +1327,17 @@ def estimate(
     mech = pair.mechanism
     known_infinite = _known_infinite(pair, spec, div)
 
-    def make_problem(swap: bool) -> _Problem:
-        return _mechanism_problem(
-            pair, swap, spec=spec, div=div, trainer=trainer, config=config, train=train, val=val,
-            k_test=k_test, test_samples=test_samples, fresh_samples=fresh_samples,
-            named_class=named.label,
-        )  # fmt: skip
+    candidates = _mechanism_maps(config, train, val, fresh_samples=fresh_samples)
+
+    def make_problem(swap: bool) -> list[_Problem]:
+        return [
+            _mechanism_problem(
+                pair, swap, spec=spec, div=div, trainer=trainer, config=config, train=tr, val=va,
+                k_test=k_test, test_samples=test_samples, fresh_samples=fresh_samples,
+                named_class=named.label, input_map=imap,
+            )
+            for imap, (tr, va) in candidates
+        ]  # fmt: skip
 
     pq, qp = _directions(k_fit, make_problem, config=config, known_infinite=known_infinite)
     n_train = config.steps * (config.batch_size or 0) if fresh_samples else samples

@@ -1,0 +1,62 @@
+"""Where a warm ``estimate_from_samples`` call spends its time: cProfile of one call (issue 26).
+
+The DP-Auditorium case at N samples per side in all (Laplace(0, 1) against Laplace(1, 1), split 4/9
+train, 1/9 validation, 4/9 test; MLP 32x2, Renyi 2, finite-sample bound, 1000 steps, ensemble 2, batch
+2048, learning rate 3e-3, as benchmarks/auditorium_case.py). One cold call, one timed warm call (wall
+and CPU seconds), then a profiled warm call: the library's functions by cumulative time. Time spent
+waiting for a compiled program shows as ``numpy.asarray`` under the function that called it.
+
+Usage: python benchmarks/profile_warm.py [--samples 1000000] [--top 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import time
+
+import jax
+import numpy as np
+
+from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--samples", type=int, default=1_000_000, help="train + validation + test per side"
+    )
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    p, q = rng.laplace(0.0, 1.0, args.samples), rng.laplace(1.0, 1.0, args.samples)
+    cfg = EstimatorConfig(
+        steps=1000, ensemble=2, batch_size=2048, learning_rate=3e-3, split=(4 / 9, 1 / 9, 4 / 9),
+        guarantee="finite-sample",
+    )  # fmt: skip
+
+    def call():
+        return estimate_from_samples(
+            jax.random.key(0), p, q, adversary="mlp", width=32, depth=2, divergence="renyi",
+            alpha=2.0, config=cfg,
+        )  # fmt: skip
+
+    t0 = time.perf_counter()
+    call()
+    print(f"cold {time.perf_counter() - t0:.2f} s")
+    t0, c0 = time.perf_counter(), time.process_time()
+    call()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"warm {wall:.2f} s wall, {cpu:.2f} s CPU; load {os.getloadavg()[0]:.1f}")
+    prof = cProfile.Profile()
+    prof.enable()
+    call()
+    prof.disable()
+    stats = pstats.Stats(prof)
+    stats.sort_stats("cumulative").print_stats("cbdp_jax|asarray", args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -46,9 +46,9 @@ from cbdp_jax.audit import parse_claim  # noqa: E402
 DELTA = 1e-5
 BASE = dict(data="synthetic", n=63, sampler="poisson")
 SETTINGS = {
-    "one step, q = 1": dict(rate=1.0, steps=1, noise=1.08),
-    "one step, q = 1/2": dict(rate=0.5, steps=1, noise=1.0),
-    "16 steps, q = 1/8": dict(rate=0.125, steps=16, noise=1.0),
+    "1 step q=1": dict(rate=1.0, steps=1, noise=1.08),
+    "1 step q=1/2": dict(rate=0.5, steps=1, noise=1.0),
+    "16 steps q=1/8": dict(rate=0.125, steps=16, noise=1.0),
 }
 
 

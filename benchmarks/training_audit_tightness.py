@@ -141,13 +141,14 @@ def main() -> None:
     p = _common.parser(__doc__.splitlines()[0], "training_audit_tightness.json")
     p.add_argument("--runs", default="10000,100000,1000000")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
+    p.add_argument("--seeds", type=int, default=1, help="independent audits per setting and count")
     args = p.parse_args()
     _common.setup_device(args.device)
     counts = [int(r) for r in args.runs.split(",")]
     names = [s.strip() for s in args.settings.split(",")]
     if args.quick:
         counts = [c for c in counts if c <= 10_000]
-    rows = [one(name, r, 0) for name in names for r in counts]
+    rows = [one(name, r, s) for name in names for r in counts for s in range(args.seeds)]
     reached = [reach(name, rows[0]["family_size"]) for name in names]
     table = [
         {"setting": r["setting"], "runs": r["runs_per_side"], "acct eps": r["accountant_epsilon"],
@@ -160,10 +161,26 @@ def main() -> None:
     _common.print_table("gradient-canary audit of correct DP-SGD, eps at delta = 1e-5", table,
                         list(table[-1]))  # fmt: skip
     _common.print_table("runs per side for 0.8 x the accountant's eps", reached, list(reached[0]))
+    spread = _spread(rows)
+    if args.seeds > 1:
+        _common.print_table("emp eps / accountant over seeds", spread, list(spread[0]))
     _common.write(
         args.out, "training_audit_tightness", args,
-        {"base": BASE, "settings": SETTINGS, "delta": DELTA, "rows": rows, "reach_0.8": reached},
+        {"base": BASE, "settings": SETTINGS, "delta": DELTA, "rows": rows, "reach_0.8": reached,
+         "over_seeds": spread},
     )  # fmt: skip
+
+
+def _spread(rows: list[dict]) -> list[dict]:
+    """Mean, standard deviation, min and max of emp eps / accountant per (setting, runs)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["runs_per_side"]), []).append(r["ratio"])
+    return [
+        {"setting": k[0], "runs": k[1], "seeds": len(v), "mean": float(np.mean(v)),
+         "sd": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, "min": min(v), "max": max(v)}
+        for k, v in groups.items()
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

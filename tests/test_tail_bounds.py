@@ -143,13 +143,17 @@ def test_tail_rows_certify_eps_at_small_delta_below_the_exact_value():
 
 @pytest.mark.slow
 def test_fifty_tail_audits_never_certify_above_the_exact_epsilon():
-    # at a raised level (confidence 0.5), 50 audits of the Gaussian mechanism: the refuted eps at
-    # delta = 1e-5 and the refuted GDP mu must not exceed the exact values. The family-wise
-    # guarantee allows a failure in at most half of the audits at this level (more than 35 of 50
-    # would have chance < 1e-3); the bounds being conservative, none is expected (none observed)
+    # at a raised level (confidence 0.5), 50 audits of the Gaussian mechanism. The family-wise
+    # guarantee allows some bound to be wrong in at most half of them, so the refuted GDP mu, which
+    # is tight here (the Gaussian's trade-off curve IS the mu-GDP curve, so a wrong bound can push it
+    # past 0.925), may exceed 0.925 in at most 36 of 50 (the binomial's 0.999 quantile; 1 of 50
+    # observed, from a histogram row's curve bound). The refuted eps at delta = 1e-5 is far from
+    # tight at 2 x 10^4 samples (about 2.3 against 4.0): it must never reach the exact value.
     exact = _gaussian_epsilon(0.925, 1e-5)
-    over = []
+    eps_over = mu_over = 0
     for seed in range(50):
         _, _, emp = _gaussian_audit(100 + seed, 20_000, 0.925, 0.5)
-        over.append(emp.epsilon >= exact or emp.gdp_mu >= 0.925)
-    assert sum(over) == 0
+        eps_over += emp.epsilon >= exact
+        mu_over += emp.gdp_mu >= 0.925
+    assert eps_over == 0
+    assert mu_over <= stats.binom.ppf(0.999, 50, 0.5)

@@ -262,7 +262,7 @@ class AuditConfig:
         bound, the level split between them in advance), and each direction gets one more critic,
         the half-space chosen on training samples to refute the largest eps at the claim's delta
         (:func:`~cbdp_jax._src.hockey_stick.fit_tail`; two more members of the family). This is
-        what makes eps at a small delta certifiable (docs/theory/training_audit.md, section 7).
+        what makes eps at a small delta certifiable (docs/theory/training_audit.md, section 8).
 
     """
 

@@ -557,7 +557,7 @@ def training_audit_config(epsilon: float = 1.0, **overrides) -> Any:
 
     The grid is :func:`eps_grid_for` the claimed ``epsilon``; the critics are indicators, certified
     with exact binomial bounds as well, plus one tail set per direction for eps at the claim's delta
-    (``tail_bounds``, docs/theory/training_audit.md section 7); ``overrides`` replace any field.
+    (``tail_bounds``, docs/theory/training_audit.md section 8); ``overrides`` replace any field.
     """
     from cbdp_jax._src.audit import AuditConfig
 

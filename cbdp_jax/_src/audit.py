@@ -34,6 +34,7 @@ import numpy as np
 
 from cbdp_jax._src import hockey_stick as hs
 from cbdp_jax._src.audit_io import AuditMechanism, finite_or, host_rng, load_mechanism
+from cbdp_jax._src.statistics.bounds import family_confidence
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -256,6 +257,12 @@ class AuditConfig:
       estimator_steps: Training steps of the estimator for Renyi and capacity claims.
       gradient_steps: Gradient-ascent steps on the datasets after the local search, for mechanisms
         that trace under jit and are differentiable in the dataset (0: off).
+      tail_bounds: Hockey-stick audits only. Indicator critics (half-spaces, histograms) also get
+        exact binomial bounds on their set's two probabilities (the better of those and the betting
+        bound, the level split between them in advance), and each direction gets one more critic,
+        the half-space chosen on training samples to refute the largest eps at the claim's delta
+        (:func:`~cbdp_jax._src.hockey_stick.fit_tail`; two more members of the family). This is
+        what makes eps at a small delta certifiable (docs/theory/training_audit.md, section 8).
 
     """
 
@@ -270,6 +277,7 @@ class AuditConfig:
     violation_size: float = 0.01
     estimator_steps: int = 600
     gradient_steps: int = 0
+    tail_bounds: bool = False
 
     def __post_init__(self):
         check_int_at_least("samples", self.samples, 100)
@@ -286,6 +294,8 @@ class Row(NamedTuple):
 
     ``guarantee`` is the bound's kind (``'finite-sample'`` or ``'asymptotic'``); ``note`` says why a
     row certifies nothing (a refused bound, or a bound not on the claimed class), else is empty.
+    For an indicator critic h = 1_S certified with exact binomial bounds (``AuditConfig.tail_bounds``)
+    ``p_lower`` <= P(S) and ``q_upper`` >= Q(S) hold together with ``lower_bound``; else NaN.
     """
 
     critic: str
@@ -298,6 +308,8 @@ class Row(NamedTuple):
     violation: bool
     guarantee: str = "finite-sample"
     note: str = ""
+    p_lower: float = math.nan
+    q_upper: float = math.nan
 
 
 class EmpiricalEpsilon(NamedTuple):
@@ -308,7 +320,10 @@ class EmpiricalEpsilon(NamedTuple):
     max(0, e^eps - e^eps_i), so it is refuted when some L_i exceeds that: every eps below
     ``epsilon = max_i log(e^eps_i + L_i - delta)`` (over i with L_i > delta) is refuted at the audit's
     level. A mu-GDP claim implies delta(eps) <= Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), which
-    grows with mu: every mu below ``gdp_mu`` is refuted.
+    grows with mu: every mu below ``gdp_mu`` is refuted. A row of an indicator critic 1_S with exact
+    bounds P(S) >= p_lower and Q(S) <= q_upper (``AuditConfig.tail_bounds``) refutes directly every
+    eps below log((p_lower - delta) / q_upper) (the claim gives P(S) <= e^eps Q(S) + delta) and every
+    mu below Phi^-1(p_lower) - Phi^-1(q_upper); ``epsilon`` and ``gdp_mu`` are the largest of all.
 
     Attributes:
       delta: The delta of the (eps, delta) claims considered (the claim's own; 0 for a pure claim).
@@ -387,7 +402,25 @@ def empirical_epsilon(rows, delta: float, confidence: float) -> EmpiricalEpsilon
         if low > delta:
             eps_hat = max(eps_hat, math.log(math.exp(eps_i) + low - delta))
         mu_hat = max(mu_hat, _refuted_mu(eps_i, low))
+    for r in rows:  # a set's two exact bounds refute directly: P(S) <= e^eps Q(S) + delta
+        p_lo, q_up = getattr(r, "p_lower", math.nan), getattr(r, "q_upper", math.nan)
+        if math.isfinite(p_lo) and math.isfinite(q_up):
+            eps_hat = max(eps_hat, hs.tail_epsilon(p_lo, q_up, delta))
+            mu_hat = max(mu_hat, _tradeoff_mu(p_lo, q_up))
     return EmpiricalEpsilon(float(delta), eps_hat, mu_hat, curve, confidence)
+
+
+def _tradeoff_mu(p_lower: float, q_upper: float) -> float:
+    """The largest GDP mu refuted by a test with power >= p_lower at size <= q_upper (0 if none).
+
+    mu-GDP bounds every test's power by Phi(Phi^-1(size) + mu) (Dong, Roth, Su 2022, eq. (2.2)), so
+    every mu below Phi^-1(p_lower) - Phi^-1(q_upper) is refuted.
+    """
+    from scipy.special import ndtri
+
+    if not (0.0 < p_lower and 0.0 < q_upper < 1.0):
+        return 0.0
+    return max(0.0, float(ndtri(min(p_lower, 1.0)) - ndtri(q_upper)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -589,24 +622,47 @@ def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[R
     n = min(len(xp), len(xq))
     n_train = int(n * config.train_fraction)
     grid = [claim.epsilon * g for g in config.eps_grid] if claim.epsilon > 0 else [0.0]
-    family = len(grid) * len(config.classes) * 2
+    tails = 2 if config.tail_bounds else 0
+    family = len(grid) * len(config.classes) * 2 + tails
     rows = []
     for i, eps in enumerate(grid):
-        gamma = math.exp(eps)
         for j, (name, a, b) in enumerate((("P||Q", xp, xq), ("Q||P", xq, xp))):
             for c_i, kind in enumerate(config.classes):
                 k = jax.random.fold_in(key, 100 * i + 10 * j + c_i)
-                critic = hs.fit_critic(k, kind, a[:n_train], b[:n_train], gamma)
-                res = hs.certify(
-                    critic.fn(a[n_train:n]), critic.fn(b[n_train:n]), gamma,
-                    confidence=config.confidence, family_size=family,
-                )  # fmt: skip
-                claimed = claim.claimed_delta(eps)
-                rows.append(Row(
-                    critic.label, name, eps, claimed, res.estimate, res.bound.value,
-                    res.std_error * math.sqrt(res.n), res.bound.value > claimed,
-                ))  # fmt: skip
+                critic = hs.fit_critic(k, kind, a[:n_train], b[:n_train], math.exp(eps))
+                rows.append(
+                    _row(critic, (a[n_train:n], b[n_train:n]), eps, name, claim, config, family)
+                )
+    # tail rows: the set refuting the largest eps at the claim's delta, certified at the claim's eps
+    per_side = 1.0 - (1.0 - family_confidence(config.confidence, family)) / 2.0
+    for name, a, b in (("P||Q", xp, xq), ("Q||P", xq, xp)) if tails else ():
+        critic = hs.fit_tail(a[:n_train], b[:n_train], claim.delta, n - n_train, per_side)
+        held = (a[n_train:n], b[n_train:n])
+        rows.append(
+            _row(critic, held, claim.epsilon, name, claim, config, family, betting_too=False)
+        )
     return rows, family
+
+
+def _row(critic, held, eps: float, name: str, claim: Claim, config: AuditConfig, family: int,
+         *, betting_too: bool = True) -> Row:  # fmt: skip
+    """One certified row: the critic's held-out bound at gamma = e^eps against the claim there."""
+    gamma, claimed = math.exp(eps), claim.claimed_delta(eps)
+    a, b = held
+    if config.tail_bounds and critic.indicator:
+        res = hs.certify_indicator(
+            critic.fn(a), critic.fn(b), gamma, confidence=config.confidence, family_size=family,
+            betting_too=betting_too,
+        )  # fmt: skip
+    else:
+        res = hs.certify(
+            critic.fn(a), critic.fn(b), gamma, confidence=config.confidence, family_size=family
+        )
+    return Row(
+        critic.label, name, eps, claimed, res.estimate, res.bound.value,
+        res.std_error * math.sqrt(res.n), res.bound.value > claimed,
+        p_lower=res.p_lower, q_upper=res.q_upper,
+    )  # fmt: skip
 
 
 _ESTIMATOR_CLASSES = {

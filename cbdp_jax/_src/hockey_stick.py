@@ -35,7 +35,7 @@ import optax
 from flax import nnx
 
 from cbdp_jax._src.adversaries import make_adversary
-from cbdp_jax._src.statistics import betting
+from cbdp_jax._src.statistics import betting, binomial
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -154,12 +154,15 @@ class Critic(NamedTuple):
       fn: The critic.
       label: The class it belongs to, e.g. ``'sigmoid(mlp(32x2))'`` or ``'halfspace'``.
       train_value: Its value on the training samples (biased upwards; a diagnostic only).
+      indicator: Its values are 0 or 1 by construction (a set's indicator: half-spaces, histogram
+        cells), so its held-out terms are two binomial counts (:func:`certify_indicator`).
 
     """
 
     fn: Callable[[np.ndarray], np.ndarray]
     label: str
     train_value: float
+    indicator: bool = False
 
 
 def _empirical(hp: np.ndarray, hq: np.ndarray, gamma: float) -> float:
@@ -205,8 +208,8 @@ def fit_halfspace(xp: np.ndarray, xq: np.ndarray, gamma: float) -> Critic:
             best = (val, w, t)
     val, w, t = best
     if w is None or not math.isfinite(t):
-        return Critic(lambda x: np.zeros(len(x)), "halfspace", 0.0)
-    return Critic(lambda x: (np.asarray(x) @ w > t).astype(np.float64), "halfspace", val)
+        return Critic(lambda x: np.zeros(len(x)), "halfspace", 0.0, True)
+    return Critic(lambda x: (np.asarray(x) @ w > t).astype(np.float64), "halfspace", val, True)
 
 
 def _row_keys(x: np.ndarray) -> np.ndarray:
@@ -232,7 +235,7 @@ def fit_histogram(xp: np.ndarray, xq: np.ndarray, gamma: float, max_cells: int =
         def table(x: np.ndarray) -> np.ndarray:
             return np.isin(_row_keys(np.asarray(x, np.float64)), chosen).astype(np.float64)
 
-        return Critic(table, "histogram(cells)", val)
+        return Critic(table, "histogram(cells)", val, True)
     w = _directions(xp, xq)[0]
     edges = np.unique(np.quantile(both @ w, np.linspace(0, 1, 65)[1:-1]))
     cp = np.bincount(np.searchsorted(edges, xp @ w), minlength=len(edges) + 1) / len(xp)
@@ -240,7 +243,7 @@ def fit_histogram(xp: np.ndarray, xq: np.ndarray, gamma: float, max_cells: int =
     keep = (cp - gamma * cq > 0).astype(np.float64)
     val = float(np.sum(np.maximum(cp - gamma * cq, 0.0)))
     return Critic(
-        lambda x: keep[np.searchsorted(edges, np.asarray(x) @ w)], "histogram(64 bins)", val
+        lambda x: keep[np.searchsorted(edges, np.asarray(x) @ w)], "histogram(64 bins)", val, True
     )
 
 
@@ -354,8 +357,12 @@ class HockeyStickBound(NamedTuple):
     Attributes:
       estimate: The held-out mean of Z = h(X) - gamma h(Y).
       std_error: Its standard error.
-      bound: The finite-sample (betting) lower bound, a :class:`Bound`.
+      bound: The finite-sample lower bound (betting, or Clopper-Pearson for an indicator), a
+        :class:`Bound`.
       n: Held-out pairs used.
+      p_lower: For an indicator critic h = 1_S: an exact lower bound on P(S) (else NaN).
+      q_upper: For an indicator critic: an exact upper bound on Q(S), holding together with
+        ``p_lower`` and ``bound`` at the bound's level (else NaN).
 
     """
 
@@ -363,6 +370,8 @@ class HockeyStickBound(NamedTuple):
     std_error: float
     bound: Bound
     n: int
+    p_lower: float = math.nan
+    q_upper: float = math.nan
 
 
 def certify(
@@ -382,6 +391,96 @@ def certify(
     bound = Bound(low, "finite-sample", "betting", level, family_size)
     se = float(z.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
     return HockeyStickBound(float(z.mean()), se, bound, n)
+
+
+def certify_indicator(
+    hp: np.ndarray, hq: np.ndarray, gamma: float, *, confidence: float = 0.95,
+    family_size: int = 1, betting_too: bool = True,
+) -> HockeyStickBound:  # fmt: skip
+    """Finite-sample lower bound on P(S) - gamma Q(S) from an indicator critic h = 1_S's held-out values.
+
+    The held-out counts are binomial, so exact Clopper-Pearson bounds P_lo <= P(S) and Q_up >= Q(S)
+    give L = P_lo - gamma Q_up, which (unlike a bound that only knows Z's range [-gamma, 1]) is tight
+    in the tails, where Q(S) is tiny and the range term gamma log(1/a) / n swamps a small delta. With
+    ``betting_too`` the betting bound of :func:`certify` is also computed and the larger is returned;
+    the row's error budget a = 1 - level is split in advance: a / 2 to the betting bound, a / 4 to
+    each side's Clopper-Pearson bound (a / 2 each without it), so everything returned (the bound,
+    ``p_lower`` and ``q_upper``) holds together at the row's level by the union bound, whichever is
+    larger. Which rule applies is decided by the critic's kind, before the held-out data are seen.
+
+    References:
+      Clopper, Pearson 1934 (:mod:`.statistics.binomial`); Waudby-Smith, Ramdas 2024 (betting);
+      Nasr et al. 2023, "Tight auditing of differentially private machine learning" (section 4,
+      Clopper-Pearson bounds on a test's two error rates).
+
+    """
+    check_positive("gamma", gamma)
+    n = min(len(hp), len(hq))
+    a = 1.0 - family_confidence(confidence, family_size)
+    share = a / 4.0 if betting_too else a / 2.0
+    kp, kq = (int(np.sum(np.asarray(h[:n], np.float64) > 0.5)) for h in (hp, hq))
+    p_lo = float(binomial.clopper_pearson_lower(kp, n, 1.0 - share))
+    q_up = float(binomial.clopper_pearson_upper(kq, n, 1.0 - share))
+    exact = Bound(p_lo - gamma * q_up, "finite-sample", "clopper-pearson", 1.0 - a, family_size)
+    z = (kp - gamma * kq) / n
+    se = math.sqrt(kp / n * (1 - kp / n) + gamma**2 * kq / n * (1 - kq / n)) / math.sqrt(n)
+    if not betting_too:
+        return HockeyStickBound(z, se, exact, n, p_lo, q_up)
+    res = certify(hp, hq, gamma, confidence=1.0 - a / 2.0)
+    bound = exact if exact.value >= res.bound.value else res.bound
+    return HockeyStickBound(z, se, bound._replace(confidence=1.0 - a, family_size=family_size),
+                            n, p_lo, q_up)  # fmt: skip
+
+
+def tail_epsilon(p_lower: float, q_upper: float, delta: float) -> float:
+    """The largest eps refuted at ``delta`` by a set with P(S) >= p_lower and Q(S) <= q_upper.
+
+    (eps, delta)-DP gives P(S) <= e^eps Q(S) + delta, so every eps below log((p_lower - delta) /
+    q_upper) is refuted (0 when nothing is). Nasr et al. 2023, eq. (1); Jagielski, Ullman, Oprea 2020.
+    """
+    if not (p_lower > delta and q_upper > 0):
+        return 0.0
+    return max(0.0, math.log((p_lower - delta) / q_upper))
+
+
+def fit_tail(
+    xp: np.ndarray, xq: np.ndarray, delta: float, test_size: int, confidence: float
+) -> Critic:
+    """The half-space 1{w . x > t} whose Clopper-Pearson refutation at ``delta`` looks largest.
+
+    For each direction of :func:`fit_halfspace` and about 2,000 thresholds (geometric in the number
+    of training P samples above them, so the tail is scanned finely), the training counts give
+    one-sigma pessimistic rates (the 0.84 Clopper-Pearson bounds: against the winner's curse of a
+    maximum over thresholds whose tail counts are small), scaled to ``test_size`` held-out samples
+    and turned into the eps :func:`tail_epsilon` would certify at ``confidence`` per side; the best is
+    kept. Fitted on training samples only, so the held-out certificate of the chosen set costs no
+    multiplicity. This targets eps at a small delta, where the threshold maximising P(S) - gamma
+    Q(S) (:func:`fit_halfspace`) is not the best one.
+    """
+    best = (-math.inf, None, math.inf)
+    for w in _directions(xp, xq):
+        sa, sb = np.sort(xp @ w), np.sort(xq @ w)
+        k = np.unique(np.geomspace(1, sa.size, 2048).astype(np.int64))
+        t = np.where(k < sa.size, 0.5 * (sa[sa.size - k] + sa[np.maximum(sa.size - k - 1, 0)]),
+                     sa[0] - 1.0)  # fmt: skip
+        kp = sa.size - np.searchsorted(sa, t, side="right")
+        kq = sb.size - np.searchsorted(sb, t, side="right")
+        hp = np.floor(binomial.clopper_pearson_lower(kp, sa.size, _PESSIMISM) * test_size)
+        hq = np.ceil(binomial.clopper_pearson_upper(kq, sb.size, _PESSIMISM) * test_size)
+        p_lo = binomial.clopper_pearson_lower(hp, test_size, confidence)
+        q_up = binomial.clopper_pearson_upper(np.minimum(hq, test_size), test_size, confidence)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pred = np.where(p_lo > delta, np.log((p_lo - delta) / q_up), p_lo - delta - 1e3)
+        i = int(np.argmax(pred))
+        if pred[i] > best[0]:
+            best = (float(pred[i]), w, float(t[i]))
+    val, w, t = best
+    if w is None:
+        return Critic(lambda x: np.zeros(len(x)), "tail-halfspace", 0.0, True)
+    return Critic(lambda x: (np.asarray(x) @ w > t).astype(np.float64), "tail-halfspace", val, True)
+
+
+_PESSIMISM = 0.84  # fit_tail's training rates: one-sided bounds at about one standard deviation
 
 
 def samples_needed(gap: float, std: float, confidence: float, family_size: int) -> float:

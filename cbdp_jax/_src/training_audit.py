@@ -555,13 +555,15 @@ def eps_grid_for(epsilon: float) -> tuple[float, ...]:
 def training_audit_config(epsilon: float = 1.0, **overrides) -> Any:
     """The audit's budgets for 1-D scores: threshold and histogram critics, 10^4 runs per side.
 
-    The grid is :func:`eps_grid_for` the claimed ``epsilon``; ``overrides`` replace any field.
+    The grid is :func:`eps_grid_for` the claimed ``epsilon``; the critics are indicators, certified
+    with exact binomial bounds as well, plus one tail set per direction for eps at the claim's delta
+    (``tail_bounds``, docs/theory/training_audit.md section 8); ``overrides`` replace any field.
     """
     from cbdp_jax._src.audit import AuditConfig
 
     base = dict(
         samples=10_000, classes=("halfspace", "histogram"), eps_grid=eps_grid_for(epsilon),
-        screen_samples=100,
+        screen_samples=100, tail_bounds=True,
     )  # fmt: skip
     return AuditConfig(**(base | overrides))
 

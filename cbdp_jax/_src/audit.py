@@ -403,10 +403,9 @@ def empirical_epsilon(rows, delta: float, confidence: float) -> EmpiricalEpsilon
             eps_hat = max(eps_hat, math.log(math.exp(eps_i) + low - delta))
         mu_hat = max(mu_hat, _refuted_mu(eps_i, low))
     for r in rows:  # a set's two exact bounds refute directly: P(S) <= e^eps Q(S) + delta
-        p_lo, q_up = getattr(r, "p_lower", math.nan), getattr(r, "q_upper", math.nan)
-        if math.isfinite(p_lo) and math.isfinite(q_up):
-            eps_hat = max(eps_hat, hs.tail_epsilon(p_lo, q_up, delta))
-            mu_hat = max(mu_hat, _tradeoff_mu(p_lo, q_up))
+        if math.isfinite(r.p_lower) and math.isfinite(r.q_upper):
+            eps_hat = max(eps_hat, hs.tail_epsilon(r.p_lower, r.q_upper, delta))
+            mu_hat = max(mu_hat, _tradeoff_mu(r.p_lower, r.q_upper))
     return EmpiricalEpsilon(float(delta), eps_hat, mu_hat, curve, confidence)
 
 

@@ -1063,15 +1063,24 @@ def _split(name: str, arr: np.ndarray, key: jax.Array, config: EstimatorConfig):
     return x[:n_tr], x[n_tr : n_tr + n_va], x[n_tr + n_va :]
 
 
+def _fitted_maps(config: EstimatorConfig, train_p, train_q) -> tuple[list, str]:
+    """The candidate maps of ``config.input_map``, fitted on the pooled training samples; and why.
+
+    ``train_p`` and ``train_q`` are host arrays of the TRAINING samples only: the maps never see
+    validation or test samples, so the bound evaluated through them stays valid.
+    """
+    names, why = input_maps.candidates(
+        config.input_map, train_p, train_q, class_bound=config.guarantee == "class"
+    )
+    return [input_maps.fit(name, train_p, train_q) for name in names], why
+
+
 def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) -> tuple[list, str]:
     """Per candidate input map, ``(map, mapped P parts, mapped Q parts)``; and why these maps.
 
-    Each map is fitted on the pooled TRAINING parts only and applied to all three parts.
+    Each map is fitted on the pooled training parts only and applied to all three parts.
     """
-    names, why = input_maps.candidates(
-        config.input_map, p_host[0], q_host[0], class_bound=config.guarantee == "class"
-    )
-    maps = [input_maps.fit(name, p_host[0], q_host[0]) for name in names]
+    maps, why = _fitted_maps(config, p_host[0], q_host[0])
     return [(m, _on_device(m, p_host, config), _on_device(m, q_host, config)) for m in maps], why
 
 
@@ -1134,13 +1143,9 @@ def _mechanism_maps(config: EstimatorConfig, train, val, *, fresh_samples: bool)
     """
     if fresh_samples:
         return [((input_maps.IDENTITY, "fresh samples: the standard map"), (train, val))]
-    host_tr = tuple(np.asarray(x) for x in train)
-    names, why = input_maps.candidates(
-        config.input_map, *host_tr, class_bound=config.guarantee == "class"
-    )
+    maps, why = _fitted_maps(config, *(np.asarray(x) for x in train))
     out = []
-    for name in names:
-        imap = input_maps.fit(name, *host_tr)
+    for imap in maps:
         if imap.kind == "standard":
             out.append(((imap, why), (train, val)))
             continue

@@ -33,7 +33,7 @@ import numpy as np
 
 from cbdp_jax._src.divergences import Divergence, get_divergence, kl_optimal_shift
 from cbdp_jax._src.programs import persistent_jit
-from cbdp_jax._src.statistics import berry_esseen, bounds, tails
+from cbdp_jax._src.statistics import berry_esseen, bounds, selection, tails
 from cbdp_jax._src.statistics import held_out as ho
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import Bound, renyi_slope, to_reported
@@ -514,7 +514,7 @@ def shrink_for_tails_traced(
     # the first grid value at or below it and checks only what still depends on t (finite terms and the
     # heavy-tail share: O(n) each, no sort), usually once. The same rule on the same grid as a walk from
     # t = 1, up to rounding at the boundary.
-    low_p = tails.hill_lower_traced(h_val_p, jnp.median(h_val_p), k, z)
+    low_p = tails.hill_lower_traced(h_val_p, selection.median(h_val_p), k, z)
     low_q1 = _exp_hill_lower(scale * h_val_q, k, z)
     t_star = jnp.where(low_p >= need, low_q1 / need, 0.0)
     start_i = jnp.sum(grid > t_star).astype(jnp.int32)
@@ -554,7 +554,7 @@ def _exp_hill_lower(u: jax.Array, k: int, z: float) -> jax.Array:
     The log-spacings of exp(u) are the spacings of u: Hill's gamma is the mean of the k largest u minus
     the (k + 1)-th, and no exponential (which could overflow) is formed.
     """
-    top = jax.lax.top_k(u, k + 1)[0]
+    top = tails.top_values(u, k + 1)
     gamma = jnp.mean(top[:k] - top[k])
     index = jnp.where(gamma > 0, 1.0 / jnp.where(gamma > 0, gamma, 1.0), jnp.inf)
     return index * (1.0 - z / math.sqrt(k))

@@ -106,7 +106,7 @@ from cbdp_jax._src.mechanisms import (
     pair_uniforms,
 )
 from cbdp_jax._src.objectives import kl_domain_reduction
-from cbdp_jax._src.statistics import berry_esseen, held_out, tails
+from cbdp_jax._src.statistics import berry_esseen, held_out, selection, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence, z_quantile
 from cbdp_jax._src.statistics.held_out import TAIL_MARGIN
@@ -542,7 +542,7 @@ def _train_batch(
         z_val = t_p - t_q
         # Tail-sketch centres as certification.centres_of: the median of h(X), inf f* for f*(h(Y)).
         inf_q = jnp.asarray(div.conjugate_inf(inp.alpha.astype(dt)), t_p.dtype)
-        centre = jnp.stack([jnp.median(t_p), inf_q])
+        centre = jnp.stack([selection.median(t_p), inf_q])
         return centre, (mom.of(z_val), berry_esseen.pair_moments(z_val))
 
     cent, val_z = jax.vmap(validation_stats)(inputs, hv_p, hv_q, scale, shift)

@@ -63,6 +63,26 @@ def test_batched_masked_moments_match_per_row_numpy():
         np.testing.assert_allclose(m.m2[r], ((row - row.mean()) ** 2).sum(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("n", [2, 7, 1000])
+def test_host_moments_of_a_sample_match_the_device_ones(n):
+    # moments_of_sample (NumPy, float64) against mom.of / pair_moments in a 64-bit device program: the
+    # same fields up to summation order (1e-12 relative: sums of <= 1000 terms of order 1 in float64).
+    z = np.random.default_rng(n).standard_cauchy(n)
+    m, pairs = berry_esseen.moments_of_sample(z)
+    with jax.enable_x64(True):
+        zz = jnp.asarray(z)
+        want = [mom.to_host(mom.of(zz)), *(mom.to_host(p) for p in berry_esseen.pair_moments(zz))]
+    for got, ref in zip([m, pairs.w, pairs.v], want, strict=True):
+        for field, a, b in zip(mom.Moments._fields, got, ref, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, err_msg=field)
+
+
+def test_host_moments_of_fewer_than_two_values_have_no_pairs():
+    for z in (np.zeros(0), np.ones(1)):
+        m, pairs = berry_esseen.moments_of_sample(z)
+        assert float(m.count) == z.size and float(pairs.w.count) == float(pairs.v.count) == 0
+
+
 def test_merge_with_an_empty_side_is_the_identity():
     m = mom.Moments(np.array(5.0), np.array(2.0), np.array(3.0), np.array(-1.0), np.array(4.0))
     for out in (mom.merge(mom.empty(), m), mom.merge(m, mom.empty())):

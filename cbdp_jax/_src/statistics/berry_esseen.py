@@ -173,8 +173,12 @@ def predicted_width(sigma: float, rho_over_sigma3: float, n: int, confidence: fl
 
 
 def moments_of_sample(z) -> tuple[mom.Moments, PairMoments]:
-    """Host convenience: the moments and pair moments of a whole sample (float64)."""
+    """Host convenience: the moments and pair moments of a whole sample (float64 NumPy).
+
+    :func:`pair_moments` and :func:`~.moments.of` on the host: the finite-sample plan calls this for
+    each of ~30 candidate bounds B, where device programs cost 3 ms a call and NumPy 0.1 ms.
+    """
     z = np.asarray(z, np.float64).ravel()
-    with jax.enable_x64(True):
-        zz = jnp.asarray(z)
-        return mom.to_host(mom.of(zz)), PairMoments(*(mom.to_host(m) for m in pair_moments(zz)))
+    n = z.size - z.size % 2
+    d = np.abs(z[0:n:2] - z[1:n:2])
+    return mom.of_host(z), PairMoments(mom.of_host(0.5 * d * d), mom.of_host(d * d * d))

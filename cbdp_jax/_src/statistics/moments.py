@@ -94,6 +94,27 @@ def of(x: jax.Array, mask: jax.Array | None = None, axis: int = -1) -> Moments:
     )
 
 
+def of_host(x) -> Moments:
+    """:func:`of` of a whole host sample, in float64 NumPy, without a device program.
+
+    For validation-side decisions that evaluate many small samples, where a device call per sample
+    costs more than the arithmetic. The same fields; sums in NumPy's order, so the last bits may differ
+    from :func:`of`.
+    """
+    x = np.asarray(x, np.float64).ravel()
+    if x.size == 0:
+        return Moments(*(np.asarray(v, np.float64) for v in (0.0, 0.0, 0.0, np.inf, -np.inf)))
+    mean = np.sum(x) / x.size
+    centred = x - mean
+    return Moments(
+        np.asarray(float(x.size)),
+        np.asarray(mean),
+        np.asarray(np.sum(centred * centred)),
+        np.asarray(np.min(x)),
+        np.asarray(np.max(x)),
+    )
+
+
 def merge(a: Moments, b: Moments) -> Moments:
     """The moments of the union of two disjoint samples (Chan's parallel update).
 

@@ -18,6 +18,7 @@ References:
   Knuth, "The Art of Computer Programming", Vol. 3, 2nd ed., section 5.3.3 (selection); the
   order-preserving float-to-integer key is the one radix sorts of floats use (Herf, "Radix tricks",
   2001).
+
 """
 
 from __future__ import annotations

@@ -103,31 +103,55 @@ def _conj64(div: Divergence, s) -> np.ndarray:
 
 
 def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
-    """Rigorous (min, max) bounds of the convex f* over [a, b].
+    """Rigorous (min, max) bounds of the convex f* over [a, b] (:func:`conjugate_ranges` of one)."""
+    fmin, fmax = conjugate_ranges(div, np.array([a], np.float64), np.array([b], np.float64))
+    return float(fmin[0]), float(fmax[0])
+
+
+_RANGE_GRID = 513
+
+
+def conjugate_ranges(div: Divergence, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rigorous (min, max) bounds of the convex f* over each interval [a_k, b_k], all at once.
 
     The max of a convex function is at an endpoint. The min is bracketed on a grid, refined twice
     around the best point, and lowered by (largest secant slope) x (final spacing): on a convex
     function the slopes inside a bracket lie between those of its neighbouring secants, so the true
-    minimum cannot be lower. Both ends also move outwards by a relative 1e-9 for rounding.
+    minimum cannot be lower. Both ends also move outwards by a relative 1e-9 for rounding. Every
+    interval's grid goes through one device program per round (the finite-sample plan asks for ~30
+    intervals per call); each row is computed exactly as it would be alone.
     """
-    lo_x, hi_x = float(a), float(b)
-    best, slack = math.inf, 0.0
+    lo_x, hi_x = np.array(a, np.float64, ndmin=1), np.array(b, np.float64, ndmin=1)
+    rows = np.arange(lo_x.size)
+    best, slack = np.full(lo_x.size, math.inf), np.zeros(lo_x.size)
+    active = np.ones(lo_x.size, bool)  # a row whose bracket closed stops refining, as a break would
+    near = np.arange(-2, 3)
     for _ in range(3):
-        grid = np.linspace(lo_x, hi_x, 513)
+        grid = np.linspace(lo_x, hi_x, _RANGE_GRID, axis=-1)
         values = _conj64(div, grid)
-        j = int(np.argmin(values))
-        best = min(best, float(values[j]))
-        left, right = max(j - 2, 0), min(j + 2, grid.size - 1)
-        step = grid[1] - grid[0]
-        slopes = np.diff(values[left : right + 1]) / step if right > left else np.zeros(1)
-        slack = float(np.max(np.abs(slopes))) * step if np.all(np.isfinite(slopes)) else math.inf
-        lo_x, hi_x = grid[max(j - 1, 0)], grid[min(j + 1, grid.size - 1)]
-        if hi_x <= lo_x:
-            break
+        j = np.argmin(values, axis=-1)
+        at_j = values[rows, j]
+        best = np.where(active & (at_j < best), at_j, best)
+        # The secant slopes between the (up to 5) grid points around the minimum.
+        idx = j[:, None] + near
+        valid = (idx >= 0) & (idx < _RANGE_GRID)
+        pts = values[rows[:, None], np.clip(idx, 0, _RANGE_GRID - 1)]
+        step = grid[:, 1] - grid[:, 0]
+        with np.errstate(all="ignore"):
+            slopes = np.diff(pts, axis=-1) / step[:, None]
+        pair = valid[:, 1:] & valid[:, :-1]
+        ok = np.all(np.isfinite(slopes) | ~pair, axis=-1)
+        steepest = np.max(np.where(pair, np.abs(slopes), 0.0), axis=-1)
+        slack = np.where(active, np.where(ok, steepest * step, math.inf), slack)
+        lo_n = grid[rows, np.maximum(j - 1, 0)]
+        hi_n = grid[rows, np.minimum(j + 1, _RANGE_GRID - 1)]
+        lo_x, hi_x = np.where(active, lo_n, lo_x), np.where(active, hi_n, hi_x)
+        active &= hi_x > lo_x
     fmin = best - slack
-    ends = _conj64(div, np.array([a, b]))
-    fmax = float(max(ends))
-    return fmin - 1e-9 * (1.0 + abs(fmin)), fmax + 1e-9 * (1.0 + abs(fmax))
+    ends = _conj64(div, np.stack([np.asarray(a, np.float64), np.asarray(b, np.float64)], axis=-1))
+    ends = ends.reshape(lo_x.size, 2)
+    fmax = np.where(ends[:, 1] > ends[:, 0], ends[:, 1], ends[:, 0])
+    return fmin - 1e-9 * (1.0 + np.abs(fmin)), fmax + 1e-9 * (1.0 + np.abs(fmax))
 
 
 # Allowance for the rounding of Z = h(X) - f*(h(Y)) in float32: the held-out differences are computed in
@@ -148,14 +172,29 @@ def support(div: Divergence, bound: float) -> tuple[float, float]:
     return interval_support(div, -bound, bound)
 
 
+def supports(div: Divergence, bounds_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`support` of each bound in ``bounds_``, in one pass (the same values, row by row)."""
+    b = np.asarray(bounds_, np.float64)
+    return interval_supports(div, -b, b)
+
+
 def interval_support(div: Divergence, lo_h: float, hi_h: float) -> tuple[float, float]:
     """(lo, hi) of Z = h(X) - f*(h(Y)) for a critic with values in [lo_h, hi_h].
 
     Both ends are widened by :func:`rounding_slack`, so float32 differences stay inside (a wider
     support only loosens a finite-sample bound).
     """
-    fmin, fmax = conjugate_range(div, lo_h, hi_h)
-    slack = rounding_slack(div, lo_h, hi_h, fmin, fmax)
+    lo, hi = interval_supports(div, np.array([lo_h]), np.array([hi_h]))
+    return float(lo[0]), float(hi[0])
+
+
+def interval_supports(
+    div: Divergence, lo_h: np.ndarray, hi_h: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`interval_support` of each interval ``[lo_h[k], hi_h[k]]``, in one pass."""
+    lo_h, hi_h = np.array(lo_h, np.float64, ndmin=1), np.array(hi_h, np.float64, ndmin=1)
+    fmin, fmax = conjugate_ranges(div, lo_h, hi_h)
+    slack = rounding_slacks(div, lo_h, hi_h, fmin, fmax)
     return lo_h - fmax - slack, hi_h - fmin + slack
 
 
@@ -166,15 +205,28 @@ def rounding_slack(div: Divergence, lo_h: float, hi_h: float, fmin: float, fmax:
     is largest at an end of the interval (central differences in float64). Infinite when f* or its
     slope is not finite there (the support is then infinite and a finite-sample bound is refused).
     """
-    ends = np.array([lo_h, hi_h], np.float64)
-    top_h = float(np.max(np.abs(ends)))
-    step = 1e-6 * max(top_h, 1e-6)
+    one = lambda x: np.array([x], np.float64)  # noqa: E731
+    return float(rounding_slacks(div, one(lo_h), one(hi_h), one(fmin), one(fmax))[0])
+
+
+def rounding_slacks(div: Divergence, lo_h, hi_h, fmin, fmax) -> np.ndarray:
+    """:func:`rounding_slack` of each interval, in one pass."""
+    ends = np.stack([lo_h, hi_h], axis=-1)
+    top_h = np.max(np.abs(ends), axis=-1)
+    step = 1e-6 * np.maximum(top_h, 1e-6)
     with np.errstate(all="ignore"):
-        slopes = (_conj64(div, ends + step) - _conj64(div, ends - step)) / (2.0 * step)
-    if not (np.all(np.isfinite(slopes)) and math.isfinite(fmin) and math.isfinite(fmax)):
-        return math.inf
-    size = 1.0 + top_h + max(abs(fmin), abs(fmax)) + top_h * float(np.max(np.abs(slopes)))
-    return ROUNDING_ULPS * EPS32 * size
+        slopes = (_conj64(div, ends + step[:, None]) - _conj64(div, ends - step[:, None])) / (
+            2.0 * step[:, None]
+        )
+    finite = np.all(np.isfinite(slopes), axis=-1) & np.isfinite(fmin) & np.isfinite(fmax)
+    with np.errstate(all="ignore"):
+        size = (
+            1.0
+            + top_h
+            + np.maximum(np.abs(fmin), np.abs(fmax))
+            + top_h * np.max(np.abs(slopes), axis=-1)
+        )
+    return np.where(finite, ROUNDING_ULPS * EPS32 * size, math.inf)
 
 
 def _bounded(h: np.ndarray, b: float) -> np.ndarray:
@@ -322,8 +374,8 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
     support then, finite or not (an infinite one makes the bound refused, with its reason).
     """
     best = None
-    for b in candidates:
-        lo, hi = support(div, b)
+    los, his = supports(div, np.asarray(candidates, np.float64))
+    for b, lo, hi in zip(candidates, los.tolist(), his.tolist(), strict=True):
         if not (math.isfinite(lo) and math.isfinite(hi)):
             continue
         hb_p = h_p if fixed else _bounded(h_p, b)

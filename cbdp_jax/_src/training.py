@@ -122,6 +122,7 @@ def early_stopping_scan(
     block_inputs,
     *,
     progress: Callable[[Any], None] | None = None,
+    patience: int | None = None,
 ):
     """Runs blocks of optimiser steps, validating after each block and keeping each member's best.
 
@@ -135,6 +136,9 @@ def early_stopping_scan(
       state: The ensemble's :class:`~cbdp_jax._src.core.TrainState` (leading axis = members, M).
       block_inputs: A pytree of per-step inputs ``x``, leaves ``[blocks, steps_per_block, ...]``.
       progress: Optional host callback called with the block index after each block.
+      patience: Stop once every member has gone this many validation checks without a new best (or
+        stopped being finite); None runs every block. The blocks are then a ``lax.while_loop`` and
+        the curves' rows of blocks not run are NaN.
 
     Returns:
       ``(best_params, best_value [M], finite [M], train_curve [blocks, M], val_curve [blocks, M])``;
@@ -164,8 +168,40 @@ def early_stopping_scan(
 
     blocks = jax.tree.leaves(block_inputs)[0].shape[0]
     carry = (state, v0, state.params, v0, jnp.ones(v0.shape, bool))
+    if patience is not None:
+        return _patient_blocks(block, carry, block_inputs, blocks, int(patience))
     (*_, best_p, best_v, finite), (train_c, val_c) = jax.lax.scan(
         block, carry, (block_inputs, jnp.arange(blocks))
+    )
+    return best_p, best_v, finite, train_c, val_c
+
+
+def _patient_blocks(block, carry, block_inputs, blocks: int, patience: int):
+    """:func:`early_stopping_scan`'s blocks in a ``while_loop`` that ends when every member is stale.
+
+    A member is stale after ``patience`` blocks in a row without a new best validation value, or once
+    it stopped being finite. Each block runs exactly as in the scan, so the blocks that do run give the
+    same states and curves; the best is the best over them.
+    """
+    _, v0, _, _, _ = carry
+    nan = jnp.full((blocks,) + v0.shape, jnp.nan, v0.dtype)
+
+    def more(loop):
+        b, inner, since, _, _ = loop
+        finite = inner[4]
+        return (b < blocks) & jnp.any(finite & (since < patience))
+
+    def run(loop):
+        b, inner, since, train_c, val_c = loop
+        xs = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, b, keepdims=False), block_inputs)
+        best_before = inner[3]
+        inner, (last, v) = block(inner, (xs, b))
+        since = jnp.where(inner[3] > best_before, 0, since + 1)
+        return b + 1, inner, since, train_c.at[b].set(last), val_c.at[b].set(v)
+
+    since0 = jnp.zeros(v0.shape, jnp.int32)
+    _, (*_, best_p, best_v, finite), _, train_c, val_c = jax.lax.while_loop(
+        more, run, (jnp.zeros((), jnp.int32), carry, since0, nan, nan)
     )
     return best_p, best_v, finite, train_c, val_c
 
@@ -196,7 +232,9 @@ def shared_counts(opt_state) -> Any:
 
 
 @persistent_jit(
-    static_argnames=("trainer", "steps", "eval_every", "batch_size", "sampler", "progress")
+    static_argnames=(
+        "trainer", "steps", "eval_every", "batch_size", "sampler", "progress", "patience"
+    )
 )
 def _train_jit(key, state, train_p, train_q, val_p, val_q, **static):
     """The compiled training program: :func:`_train_body`, looked up when traced.
@@ -221,6 +259,7 @@ def _train_body(
     batch_size: int | None,
     sampler: Callable | None,
     progress: Callable[[Any], None] | None,
+    patience: int | None = None,
 ):
     dtype = val_p.dtype
 
@@ -249,7 +288,12 @@ def _train_body(
     n_blocks = max(steps // eval_every, 1)
     step_keys = jax.vmap(lambda k: jax.random.split(k, eval_every))(jax.random.split(key, n_blocks))
     best_p, best_v, finite, train_v, val_v = early_stopping_scan(
-        step, lambda st: vvalue(st, (val_p, val_q)), state, step_keys, progress=progress
+        step,
+        lambda st: vvalue(st, (val_p, val_q)),
+        state,
+        step_keys,
+        progress=progress,
+        patience=patience,
     )
     return TrainOutput(best_p, best_v, TrainTrace(train_v, val_v), finite)
 
@@ -268,6 +312,7 @@ def train_ensemble(
     eval_every: int = 100,
     batch_size: int | None = 4096,
     progress: Callable[[Any], None] | None = None,
+    patience: int | None = None,
 ) -> TrainOutput:
     """Trains a stacked ensemble of adversaries in one compiled call.
 
@@ -287,6 +332,9 @@ def train_ensemble(
       batch_size: Minibatch size per side; None for full batch.
       progress: Optional hashable host callback called with the block index after each evaluation
         block (progress bars); part of the compiled program's cache key.
+      patience: Stop when every member has gone this many validation checks without a new best
+        (:func:`early_stopping_scan`); None trains all ``steps``. The trace's rows of blocks not run
+        are NaN.
 
     Returns:
       A :class:`TrainOutput`.
@@ -321,4 +369,5 @@ def train_ensemble(
         batch_size=batch_size,
         sampler=sampler,
         progress=progress,
+        patience=None if patience is None else int(patience),
     )

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from cbdp_jax import InvalidParameterError
 from cbdp_jax._src import training
 from cbdp_jax._src.core import TrainState
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
-from cbdp_jax import InvalidParameterError
 
 
 def _toy(peaks):

@@ -111,7 +111,9 @@ def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
 _RANGE_GRID = 513
 
 
-def conjugate_ranges(div: Divergence, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def conjugate_ranges(
+    div: Divergence, a: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Rigorous (min, max) bounds of the convex f* over each interval [a_k, b_k], all at once.
 
     The max of a convex function is at an endpoint. The min is bracketed on a grid, refined twice

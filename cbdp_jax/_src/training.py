@@ -193,7 +193,9 @@ def _patient_blocks(block, carry, block_inputs, blocks: int, patience: int):
 
     def run(loop):
         b, inner, since, train_c, val_c = loop
-        xs = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, b, keepdims=False), block_inputs)
+        xs = jax.tree.map(
+            lambda a: jax.lax.dynamic_index_in_dim(a, b, keepdims=False), block_inputs
+        )
         best_before = inner[3]
         inner, (last, v) = block(inner, (xs, b))
         since = jnp.where(inner[3] > best_before, 0, since + 1)
@@ -233,7 +235,13 @@ def shared_counts(opt_state) -> Any:
 
 @persistent_jit(
     static_argnames=(
-        "trainer", "steps", "eval_every", "batch_size", "sampler", "progress", "patience"
+        "trainer",
+        "steps",
+        "eval_every",
+        "batch_size",
+        "sampler",
+        "progress",
+        "patience",
     )
 )
 def _train_jit(key, state, train_p, train_q, val_p, val_q, **static):

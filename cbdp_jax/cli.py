@@ -372,6 +372,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         target=args.get("target"),
         dtype=args["dtype"],
         eval_every=max(1, min(100, args["steps"] // 10)),
+        patience=args.get("patience"),
     )
     if args["dtype"] == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -601,6 +602,13 @@ def estimate_cmd(
     samples: Annotated[int, typer.Option(help="training samples per side")] = 100_000,
     test_samples: Annotated[int | None, typer.Option(help="held-out samples per side")] = None,
     steps: Annotated[int, typer.Option(help="optimiser steps")] = 2000,
+    patience: Annotated[
+        int | None,
+        typer.Option(
+            help="stop training once every adversary has gone this many validation checks "
+            "without a new best (default: train all steps)"
+        ),
+    ] = None,
     ensemble: Annotated[int, typer.Option(help="adversaries trained at once")] = 4,
     batch_size: Annotated[int, typer.Option(help="minibatch per side")] = 4096,
     learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
@@ -661,7 +669,7 @@ def estimate_cmd(
         alpha=alpha, samples=samples, test_samples=test_samples, steps=steps, ensemble=ensemble,
         batch_size=batch_size, learning_rate=learning_rate, confidence=confidence,
         both_directions=both_directions, guarantee=guarantee, target=target, dtype=dtype, seed=seed,
-        input_map=input_map,
+        input_map=input_map, patience=patience,
     )  # fmt: skip
     if p_samples is not None or q_samples is not None:
         args.update(p_samples=_path_or_none(p_samples), q_samples=_path_or_none(q_samples))

@@ -387,13 +387,13 @@ def test_calibrate_reports_a_bad_target_before_a_missing_order():
     assert proc.returncode == 2 and "target=-1.0 is invalid" in proc.stderr
 
 
-
 def test_estimate_reports_a_bad_patience():
     proc = subprocess.run(
         [*CLI, "estimate", "--samples", "1000", "--steps", "10", "--patience", "0"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2 and "patience=0 is invalid" in proc.stderr
+
 
 @pytest.mark.slow
 @pytest.mark.ci

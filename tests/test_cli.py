@@ -379,20 +379,19 @@ def test_a_space_without_its_range_is_an_error_and_a_csv_may_have_a_header(tmp_p
         load_samples("p_samples", tmp_path / "bad.csv")
 
 
-def test_calibrate_reports_a_bad_target_before_a_missing_order():
-    proc = subprocess.run(
-        [*CLI, "calibrate", "--mechanism", "laplace", "--divergence", "renyi", "--target", "-1"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode == 2 and "target=-1.0 is invalid" in proc.stderr
-
-
-def test_estimate_reports_a_bad_patience():
-    proc = subprocess.run(
-        [*CLI, "estimate", "--samples", "1000", "--steps", "10", "--patience", "0"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode == 2 and "patience=0 is invalid" in proc.stderr
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        # calibrate: a bad target is reported before the missing order
+        (["calibrate", "--mechanism", "laplace", "--divergence", "renyi", "--target", "-1"],
+         "target=-1.0 is invalid"),
+        (["estimate", "--samples", "1000", "--steps", "10", "--patience", "0"],
+         "patience=0 is invalid"),
+    ],
+)  # fmt: skip
+def test_a_bad_option_value_is_one_line_naming_it(args, needle):
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and needle in proc.stderr
 
 
 @pytest.mark.slow

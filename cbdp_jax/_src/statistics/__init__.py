@@ -11,6 +11,12 @@ One concept per file:
 - :mod:`.berry_esseen`: a fixed-n finite-sample lower bound from the Berry-Esseen inequality with
   explicit constant and finite-sample bounds on the second and third moments; nearly as tight as the
   CLT at large n.
+- :mod:`.binomial`: exact (Clopper-Pearson) bounds on a probability from a count, for indicator
+  critics and tail sets (the training audit).
+- :mod:`.selection`: exact order statistics and the median inside compiled programs, by bisection on
+  the values' bit patterns instead of a sort (the sweep's tail-sketch centres).
+- :mod:`.held_out`: everything a held-out evaluation of one fixed critic records (moments, pair
+  moments, tail sketches of both f-form terms), and the bound it certifies.
 - :mod:`.bounds`: the :class:`~.bounds.Bound` record every result carries, the CLT bound, family-wise
   (Bonferroni) levels, the Renyi transform and the largest value n samples can certify.
 

@@ -169,7 +169,8 @@ def _other_blocks():
     out = []
     for i, (code, _) in enumerate(python_blocks()[1:], start=1):
         slow = "estimate_sweep" in code or "calibrate(" in code
-        marks = (pytest.mark.slow,) if slow else ()
+        # slow, and run by CI on every landing: a printed number that drifts is caught there
+        marks = (pytest.mark.slow, pytest.mark.ci) if slow else ()
         out.append(pytest.param(i, marks=marks, id=f"block{i}" + ("-slow" if slow else "")))
     return out
 

@@ -455,3 +455,16 @@ def test_randomized_response_at_eps_12_gets_a_finite_sample_bound_below_the_trut
     assert res.guarantee == "finite-sample" and math.isfinite(res.lower_bound)
     assert 0.0 <= res.lower_bound <= res.certifiable_max < truth
     assert any("can certify at most" in w for w in res.warnings)
+
+
+def test_choosing_b_for_a_huge_kl_critic_matches_one_support_at_a_time():
+    # KL's f*(B) = exp(B - 1) is finite up to B ~ 709, so candidate supports reach ~1e300 and the
+    # Berry-Esseen prediction cubes their range (inf). Regression: supports computed in one pass were
+    # once handed on as Python floats, whose ** raises OverflowError instead of giving inf.
+    rng = np.random.default_rng(0)
+    h_p, h_q = rng.normal(300.0, 50.0, 2000), rng.normal(0.0, 1.0, 2000)
+    div = get_divergence("kl")
+    b, method, (lo, hi) = certification.choose_bound(div, h_p, h_q, n_test=2000, confidence=0.95)
+    # The chosen B's support is the one the single-interval routine gives (an independent call).
+    assert (lo, hi) == certification.support(div, b)
+    assert math.isfinite(b) and lo < 0 < hi and method in ("betting", "berry-esseen")

@@ -376,8 +376,10 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
     support then, finite or not (an infinite one makes the bound refused, with its reason).
     """
     best = None
+    # The ends stay NumPy float64, as one support at a time gave them: the Berry-Esseen prediction
+    # cubes their range, which overflows to inf for a huge critic (a Python float would raise).
     los, his = supports(div, np.asarray(candidates, np.float64))
-    for b, lo, hi in zip(candidates, los.tolist(), his.tolist(), strict=True):
+    for b, lo, hi in zip(candidates, los, his, strict=True):
         if not (math.isfinite(lo) and math.isfinite(hi)):
             continue
         hb_p = h_p if fixed else _bounded(h_p, b)

@@ -78,40 +78,34 @@ def of(x: jax.Array, mask: jax.Array | None = None, axis: int = -1) -> Moments:
 
     """
     x = jnp.asarray(x)
-    if mask is None:
-        mask = jnp.ones(x.shape, bool)
-    mask = jnp.broadcast_to(mask, x.shape)
-    count = jnp.sum(mask, axis=axis).astype(x.dtype)
-    total = jnp.sum(jnp.where(mask, x, 0), axis=axis)
-    mean = total / jnp.maximum(count, 1)
-    centred = jnp.where(mask, x - jnp.expand_dims(mean, axis), 0)
-    return Moments(
-        count,
-        mean,
-        jnp.sum(centred * centred, axis=axis),
-        jnp.min(jnp.where(mask, x, jnp.inf), axis=axis),
-        jnp.max(jnp.where(mask, x, -jnp.inf), axis=axis),
-    )
+    mask = jnp.ones(x.shape, bool) if mask is None else jnp.broadcast_to(mask, x.shape)
+    return _reduced(jnp, x, mask, axis)
 
 
 def of_host(x) -> Moments:
     """:func:`of` of a whole host sample, in float64 NumPy, without a device program.
 
     For validation-side decisions that evaluate many small samples, where a device call per sample
-    costs more than the arithmetic. The same fields; sums in NumPy's order, so the last bits may differ
-    from :func:`of`.
+    costs more than the arithmetic. The same fields by the same formulas; sums in NumPy's order, so the
+    last bits may differ from :func:`of`.
     """
     x = np.asarray(x, np.float64).ravel()
-    if x.size == 0:
-        return Moments(*(np.asarray(v, np.float64) for v in (0.0, 0.0, 0.0, np.inf, -np.inf)))
-    mean = np.sum(x) / x.size
-    centred = x - mean
+    return _reduced(np, x, np.ones(x.shape, bool), -1)
+
+
+def _reduced(xp, x, mask, axis: int) -> Moments:
+    """The fields of :class:`Moments` along ``axis`` in ``xp`` (jax.numpy, traceable; or NumPy)."""
+    count = xp.sum(mask, axis=axis).astype(x.dtype)
+    total = xp.sum(xp.where(mask, x, 0), axis=axis)
+    mean = total / xp.maximum(count, 1)
+    centred = xp.where(mask, x - xp.expand_dims(mean, axis), 0)
     return Moments(
-        np.asarray(float(x.size)),
-        np.asarray(mean),
-        np.asarray(np.sum(centred * centred)),
-        np.asarray(np.min(x)),
-        np.asarray(np.max(x)),
+        count,
+        mean,
+        xp.sum(centred * centred, axis=axis),
+        # ``initial``: an empty sample's min is +inf, its max -inf (NumPy refuses an empty reduction).
+        xp.min(xp.where(mask, x, xp.inf), axis=axis, initial=xp.inf),
+        xp.max(xp.where(mask, x, -xp.inf), axis=axis, initial=-xp.inf),
     )
 
 

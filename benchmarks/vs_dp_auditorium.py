@@ -140,6 +140,9 @@ def ours_worker(args: argparse.Namespace) -> None:
 
     from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
 
+    sys.path.insert(0, str(HERE / "peers"))
+    import worker_result  # the result file both tools' workers write (standard library only)
+
     import_s, import_cpu = time.perf_counter() - T_START, time.process_time() - CPU_START
     data = np.load(args.samples)
     p, q = data["p"].reshape(-1), data["q"].reshape(-1)
@@ -165,24 +168,21 @@ def ours_worker(args: argparse.Namespace) -> None:
 
     cold = call()
     warm = [call() for _ in range(args.repeats)]
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    out = {
-        "tool": "cbdp_jax",
-        "import_s": import_s,
-        "import_cpu_s": import_cpu,
-        "cold": cold,
-        "warm": warm,
-        "process_cpu_s": usage.ru_utime + usage.ru_stime,
-        "max_rss_mb": usage.ru_maxrss / 1024,
-        "settings": {
+    worker_result.write(
+        args.result,
+        tool="cbdp_jax",
+        import_s=import_s,
+        import_cpu_s=import_cpu,
+        cold=cold,
+        warm=warm,
+        settings={
             **settings,
             "profile": args.ours_settings,
             "adversary": "mlp 32x2",
             "confidence": config.confidence,
         },
-        "versions": {"jax": jax.__version__, "numpy": np.__version__},
-    }
-    Path(args.result).write_text(json.dumps(out, indent=1))
+        versions={"jax": jax.__version__, "numpy": np.__version__},
+    )
 
 
 def run_tool(tool: str, samples: Path, alpha: float, seed: int, args, tmp: Path) -> dict:

@@ -30,12 +30,15 @@ T_START = time.perf_counter()
 CPU_START = time.process_time()
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/peers
+import worker_result  # noqa: E402
 
 D1 = np.array([0.0])
 D2 = np.array([0.0, 1.0])
@@ -111,16 +114,14 @@ def test(args: argparse.Namespace) -> None:
     cold["wall_s"] += build["wall_s"]
     cold["cpu_s"] += build["cpu_s"]
     warm = [one_call(tester, p, q) for _ in range(args.repeats)]
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    out = {
-        "tool": "dp_auditorium",
-        "import_s": import_s,
-        "import_cpu_s": import_cpu,
-        "cold": cold,
-        "warm": warm,
-        "process_cpu_s": usage.ru_utime + usage.ru_stime,
-        "max_rss_mb": usage.ru_maxrss / 1024,
-        "settings": {
+    worker_result.write(
+        args.result,
+        tool="dp_auditorium",
+        import_s=import_s,
+        import_cpu_s=import_cpu,
+        cold=cold,
+        warm=warm,
+        settings={
             **TRAINING,
             "model_output_coordinate_bound": args.bound,
             "failure_probability_per_direction": FAILURE_PROBABILITY,
@@ -128,11 +129,9 @@ def test(args: argparse.Namespace) -> None:
             "pure_dp_epsilon": args.epsilon,
             "base_model": "make_default_renyi_base_model (Dense 100 tanh, 100 tanh, 1)",
         },
-        "versions": {"tensorflow": tf.__version__, "numpy": np.__version__},
-        "threads": os.cpu_count(),
-    }
-    with open(args.result, "w") as f:
-        json.dump(out, f, indent=1)
+        versions={"tensorflow": tf.__version__, "numpy": np.__version__},
+        threads=os.cpu_count(),
+    )
 
 
 def main() -> None:

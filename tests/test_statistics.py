@@ -83,6 +83,22 @@ def test_host_moments_of_fewer_than_two_values_have_no_pairs():
         assert float(m.count) == z.size and float(pairs.w.count) == float(pairs.v.count) == 0
 
 
+def test_berry_esseen_on_a_huge_support_is_the_same_for_python_and_numpy_floats():
+    # A support of width 2e200 (a critic near f*'s overflow): r**2 and r**3 are infinite. With Python
+    # floats the bound once raised OverflowError, and with NumPy's it came out NaN ("feasible"): both
+    # must refuse it (-inf, not feasible), the same for either kind of float.
+    z = np.random.default_rng(0).uniform(-1.0, 1.0, 200_000)
+    m, pairs = berry_esseen.moments_of_sample(z)
+    with np.errstate(over="ignore"):
+        a = berry_esseen.lower_bound(m, pairs, -1e200, 1e200, 0.95)
+        b = berry_esseen.lower_bound(m, pairs, np.float64(-1e200), np.float64(1e200), 0.95)
+    np.testing.assert_equal(tuple(a), tuple(b))
+    assert not a.feasible and a.lower == -math.inf
+    # Control: the same sample on its real support [-1, 1] gives a finite, feasible bound.
+    ok = berry_esseen.lower_bound(m, pairs, -1.0, 1.0, 0.95)
+    assert ok.feasible and math.isfinite(ok.lower)
+
+
 def test_merge_with_an_empty_side_is_the_identity():
     m = mom.Moments(np.array(5.0), np.array(2.0), np.array(3.0), np.array(-1.0), np.array(4.0))
     for out in (mom.merge(mom.empty(), m), mom.merge(m, mom.empty())):

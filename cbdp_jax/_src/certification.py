@@ -376,8 +376,8 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
     support then, finite or not (an infinite one makes the bound refused, with its reason).
     """
     best = None
-    # The ends stay NumPy float64, as one support at a time gave them: the Berry-Esseen prediction
-    # cubes their range, which overflows to inf for a huge critic (a Python float would raise).
+    # The ends stay NumPy float64, as one support at a time gave them (berry_esseen.lower_bound
+    # takes Python floats as well; this keeps the plan's values and types as they were).
     los, his = supports(div, np.asarray(candidates, np.float64))
     for b, lo, hi in zip(candidates, los, his, strict=True):
         if not (math.isfinite(lo) and math.isfinite(hi)):

@@ -148,13 +148,16 @@ def lower_bound(
     """
     delta = 1.0 - confidence
     d_mean, d_up, d_low, d_rho = (s * delta for s in SPLIT)
-    r = hi - lo
+    # In NumPy float64, whatever the caller passed: a huge support (a KL critic near f*'s overflow)
+    # then gives an infinite r**3 and a refused bound, where a Python float's ** would raise.
+    r = np.float64(hi) - np.float64(lo)
     n = float(z.count)
     var_u = empirical_bernstein_upper(pairs.w, 0.5 * r * r, d_up)
     var_l = empirical_bernstein_lower(pairs.w, 0.5 * r * r, d_low)
     rho_u = empirical_bernstein_upper(pairs.v, r**3, d_rho)
     sigma_u, sigma_l = math.sqrt(var_u), math.sqrt(var_l)
-    if n < 2 or sigma_l <= 0:
+    # not (> 0) also catches NaN: a support too wide for its variance bounds (inf - inf) is refused.
+    if n < 2 or not sigma_l > 0:
         return BerryEsseen(-math.inf, False, math.inf, sigma_u, sigma_l, rho_u, math.inf)
     be = min(BERRY_ESSEEN_C * rho_u / (sigma_l**3 * math.sqrt(n)), 1.0)
     budget = d_mean - be

@@ -93,7 +93,7 @@ def main() -> None:
         args.cli_steps = 20
     rows = [throughput(m, args.steps, args.runs, args.loop_runs) for m in ("logreg", "mlp")]
     _common.print_table(
-        "training runs per second (CPU)", rows,
+        f"training runs per second ({jax.default_backend()})", rows,
         ["model", "steps", "vmapped_runs_per_s", "loop_runs_per_s", "speedup", "vmapped_compile_s"],
     )  # fmt: skip
     cli = cli_call(args.cli_runs, args.cli_steps) if args.cli_runs > 0 else None

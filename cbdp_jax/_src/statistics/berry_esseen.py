@@ -152,9 +152,11 @@ def lower_bound(
     # then gives an infinite r**3 and a refused bound, where a Python float's ** would raise.
     r = np.float64(hi) - np.float64(lo)
     n = float(z.count)
-    var_u = empirical_bernstein_upper(pairs.w, 0.5 * r * r, d_up)
-    var_l = empirical_bernstein_lower(pairs.w, 0.5 * r * r, d_low)
-    rho_u = empirical_bernstein_upper(pairs.v, r**3, d_rho)
+    # There, inf - inf is the NaN refused below, not a fault to warn about.
+    with np.errstate(over="ignore", invalid="ignore"):
+        var_u = empirical_bernstein_upper(pairs.w, 0.5 * r * r, d_up)
+        var_l = empirical_bernstein_lower(pairs.w, 0.5 * r * r, d_low)
+        rho_u = empirical_bernstein_upper(pairs.v, r**3, d_rho)
     sigma_u, sigma_l = math.sqrt(var_u), math.sqrt(var_l)
     # not (> 0) also catches NaN: a support too wide for its variance bounds (inf - inf) is refused.
     if n < 2 or not sigma_l > 0:

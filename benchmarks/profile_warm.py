@@ -6,7 +6,10 @@ train, 1/9 validation, 4/9 test; MLP 32x2, Renyi 2, finite-sample bound, 1000 st
 and CPU seconds), then a profiled warm call: the library's functions by cumulative time. Time spent
 waiting for a compiled program shows as ``numpy.asarray`` under the function that called it.
 
-Usage: python benchmarks/profile_warm.py [--samples 1000000] [--top 30]
+``--settings case`` / ``short`` take the configuration of ``vs_dp_auditorium.py``'s profiles instead
+(both directions, 1000 steps x 2 adversaries or 300 steps x 1); ``--repeats k`` times k warm calls.
+
+Usage: python benchmarks/profile_warm.py [--samples 1000000] [--top 30] [--settings single|case|short]
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import argparse
 import cProfile
 import os
 import pstats
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -29,13 +35,21 @@ def main() -> None:
         "--samples", type=int, default=1_000_000, help="train + validation + test per side"
     )
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--settings", choices=("single", "case", "short"), default="single")
+    ap.add_argument("--repeats", type=int, default=1, help="warm calls timed (median reported)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     p, q = rng.laplace(0.0, 1.0, args.samples), rng.laplace(1.0, 1.0, args.samples)
-    cfg = EstimatorConfig(
-        steps=1000, ensemble=2, batch_size=2048, learning_rate=3e-3, split=(4 / 9, 1 / 9, 4 / 9),
-        guarantee="finite-sample",
-    )  # fmt: skip
+    if args.settings == "single":
+        cfg = EstimatorConfig(
+            steps=1000, ensemble=2, batch_size=2048, learning_rate=3e-3,
+            split=(4 / 9, 1 / 9, 4 / 9), guarantee="finite-sample",
+        )  # fmt: skip
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from vs_dp_auditorium import PROFILES
+
+        cfg = EstimatorConfig(**PROFILES[args.settings])
 
     def call():
         return estimate_from_samples(
@@ -46,10 +60,17 @@ def main() -> None:
     t0 = time.perf_counter()
     call()
     print(f"cold {time.perf_counter() - t0:.2f} s")
-    t0, c0 = time.perf_counter(), time.process_time()
-    call()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(f"warm {wall:.2f} s wall, {cpu:.2f} s CPU; load {os.getloadavg()[0]:.1f}")
+    walls, cpus = [], []
+    for _ in range(args.repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = call()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    print(
+        f"warm {statistics.median(walls):.3f} s wall (median of {args.repeats}: "
+        f"{', '.join(f'{w:.3f}' for w in walls)}), {statistics.median(cpus):.3f} s CPU; "
+        f"load {os.getloadavg()[0]:.1f}; bound {res.lower_bound:.6g}"
+    )
     prof = cProfile.Profile()
     prof.enable()
     call()

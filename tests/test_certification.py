@@ -468,3 +468,76 @@ def test_choosing_b_for_a_huge_kl_critic_matches_one_support_at_a_time():
     # The chosen B's support is the one the single-interval routine gives (an independent call).
     assert (lo, hi) == certification.support(div, b)
     assert math.isfinite(b) and lo < 0 < hi and method in ("betting", "berry-esseen")
+
+
+def _predictions_one_at_a_time(div, h_p, h_q, candidates, n_test, confidence):
+    """The plan's scoring of candidate bounds B as it was written before the candidates were scored
+    together: one at a time, one f* call and one moments computation each (the reference).
+    ``[(k, predicted bound, method)]`` for each candidate k with a finite support and prediction."""
+    out = []
+    for k, b in enumerate(candidates):
+        lo, hi = certification.support(div, b)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            continue
+        hb_p, hb_q = b * np.tanh(h_p / b), b * np.tanh(h_q / b)
+        with np.errstate(all="ignore"):
+            t_q = np.asarray(
+                certification._conjugate_program(np.asarray(hb_q), div=div), np.float64
+            )
+        value, m = certification.predicted_bound(hb_p - t_q, lo, hi, n_test, confidence)
+        if math.isfinite(value):
+            out.append((k, value, m))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name, alpha, scale",
+    [("kl", None, 1.0), ("kl", None, 300.0), ("renyi", 2.0, 1.0), ("renyi", 5.0, 20.0),
+     ("chi2", None, 3.0), ("tv", None, 1.0)],
+)  # fmt: skip
+@pytest.mark.parametrize("rows_budget", [1 << 22, 3000])
+def test_scoring_every_candidate_b_at_once_gives_each_one_at_a_time_prediction(
+    name, alpha, scale, rows_budget, monkeypatch
+):
+    # The candidates' terms and moments are rows of one array (or of groups of rows when the
+    # validation sample is large: rows_budget = 3000 forces one row per group). Every prediction
+    # must be the one-at-a-time prediction bit for bit, and so the chosen B, method and support.
+    monkeypatch.setattr(certification, "_ROWS_BUDGET", rows_budget)
+    div = get_divergence(name, **({"alpha": alpha} if alpha else {}))
+    rng = np.random.default_rng(7)
+    h_p, h_q = rng.laplace(0.3, scale, 2001), rng.laplace(0.0, scale, 2001)
+    med, top = np.median(np.abs(np.r_[h_p, h_q])), np.max(np.abs(np.r_[h_p, h_q]))
+    candidates = list(np.geomspace(max(0.25 * med, 1e-3), 4.0 * top, 32))
+    if div.conjugate_sup < math.inf:
+        candidates = sorted({min(b, 0.99 * div.conjugate_sup) for b in candidates})
+    want = _predictions_one_at_a_time(div, h_p, h_q, candidates, 5000, 0.95)
+    assert len(want) >= 4  # not a vacuous comparison: several candidates are scored
+    los, his = certification.supports(div, np.asarray(candidates, np.float64))
+    usable = [k for k in range(len(candidates)) if np.isfinite(los[k]) and np.isfinite(his[k])]
+    got = certification._predictions(
+        div, h_p, h_q, candidates, usable, (los, his), 5000, 0.95, False
+    )
+    assert got == want
+    k, _, m = max(want, key=lambda c: c[1])  # the first of equal maxima, as the plan's search
+    assert certification._best_bound(div, h_p, h_q, candidates, 5000, 0.95, "auto", False) == (
+        candidates[k],
+        m,
+        certification.support(div, candidates[k]),
+    )
+
+
+@pytest.mark.parametrize("n", [1, 5, 1000, 1025, 70_000])
+def test_conjugate_terms_padded_to_a_bucket_equal_the_unpadded_program(n):
+    # f* is elementwise: padding the values to a power of two may not change a single bit.
+    rng = np.random.default_rng(n)
+    h = rng.standard_cauchy((3, n))
+    for name, alpha in (("kl", None), ("renyi", 3.0), ("hellinger", None)):
+        div = get_divergence(name, **({"alpha": alpha} if alpha else {}))
+        with np.errstate(all="ignore"):
+            want = np.stack(
+                [
+                    np.asarray(certification._conjugate_program(row, div=div), np.float64)
+                    for row in h
+                ]
+            )
+        np.testing.assert_array_equal(certification._conjugate_host(div, h), want)

@@ -236,9 +236,25 @@ def _bounded(h: np.ndarray, b: float) -> np.ndarray:
 
 
 def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The f-form's two terms ``(h(X), f*(h(Y)))`` in float64, f* computed as the evaluation does."""
+    return np.asarray(h_p, np.float64), _conjugate_host(div, h_q)
+
+
+def _conjugate_host(div: Divergence, h: np.ndarray) -> np.ndarray:
+    """f*(h) of a host array of any shape, by the float32 program the held-out evaluation runs.
+
+    The values are flattened and padded to a power of two (at least 1024), so that one compiled
+    program serves every size in a bucket; f* is elementwise, so each value is bit for bit what an
+    unpadded call gives (``tests/test_certification.py``).
+    """
+    h = np.asarray(h)
+    flat = h.ravel()
+    size = max(1024, 1 << max(flat.size - 1, 0).bit_length())
+    padded = np.zeros(size, flat.dtype)
+    padded[: flat.size] = flat
     with np.errstate(all="ignore"):
-        t_q = np.asarray(_conjugate_program(np.asarray(h_q), div=div), np.float64)
-    return np.asarray(h_p, np.float64), t_q
+        out = np.asarray(_conjugate_program(padded, div=div), np.float64)
+    return out[: flat.size].reshape(h.shape)
 
 
 def predicted_bound(
@@ -373,30 +389,65 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
     """``(B, method, support)`` of the candidate with the best predicted bound.
 
     None when no candidate has a finite support and finite validation terms; for a fixed bound its
-    support then, finite or not (an infinite one makes the bound refused, with its reason).
+    support then, finite or not (an infinite one makes the bound refused, with its reason). Every
+    candidate's terms and moments are computed at once (rows of one array); each prediction is the
+    one :func:`predicted_bound` makes for that candidate alone.
     """
-    best = None
     # The ends stay NumPy float64, as one support at a time gave them (berry_esseen.lower_bound
     # takes Python floats as well; this keeps the plan's values and types as they were).
     los, his = supports(div, np.asarray(candidates, np.float64))
-    for b, lo, hi in zip(candidates, los, his, strict=True):
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            continue
-        hb_p = h_p if fixed else _bounded(h_p, b)
-        hb_q = h_q if fixed else _bounded(h_q, b)
-        t_p, t_q = _terms(div, hb_p, hb_q)
-        value, m = predicted_bound(t_p - t_q, lo, hi, n_test, confidence)
+    usable = [
+        k for k, (lo, hi) in enumerate(zip(los, his, strict=True))
+        if math.isfinite(lo) and math.isfinite(hi)
+    ]  # fmt: skip
+    best = None
+    for k, value, m in _predictions(div, h_p, h_q, candidates, usable, (los, his), n_test,
+                                    confidence, fixed):  # fmt: skip
         if method != "auto":
             m = method
-        if not math.isfinite(value):
-            continue
         if best is None or value > best[0]:
-            best = (value, b, m, (lo, hi))
+            best = (value, candidates[k], m, (los[k], his[k]))
     if best is None:
         if fixed:
             return candidates[0], _fixed_method(method), support(div, candidates[0])
         return None
     return best[1], best[2], best[3]
+
+
+# Candidates scored together: at most this many validation terms per array (32 MiB of float64).
+_ROWS_BUDGET = 1 << 22
+
+
+def _predictions(div, h_p, h_q, candidates, usable, ends, n_test, confidence, fixed):
+    """``(k, predicted bound, method)`` of each usable candidate k whose prediction is finite.
+
+    Candidates are scored in groups (rows of one array, at most ``_ROWS_BUDGET`` values each).
+    """
+    per_group = max(1, _ROWS_BUDGET // max(h_p.size, 1))
+    out = []
+    for start in range(0, len(usable), per_group):
+        group = usable[start : start + per_group]
+        b = np.asarray([candidates[k] for k in group], np.float64)[:, None]
+        shape = (len(group), h_p.size)
+        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded(h_p[None, :], b)
+        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded(h_q[None, :], b)
+        t_p, t_q = _terms(div, hb_p, hb_q)
+        diff = t_p - t_q
+        if diff.shape[1] < 4:
+            continue
+        rows = np.flatnonzero(np.all(np.isfinite(diff), axis=1))
+        if rows.size == 0:
+            continue
+        m_val, pairs_val = berry_esseen.moments_of_rows(diff[rows])
+        for i, r in enumerate(rows):
+            k = group[r]
+            pairs = berry_esseen.PairMoments(mom.take(pairs_val.w, i), mom.take(pairs_val.v, i))
+            value, m = predicted_bound_from_moments(
+                mom.take(m_val, i), pairs, ends[0][k], ends[1][k], n_test, confidence
+            )
+            if math.isfinite(value):
+                out.append((k, value, m))
+    return out
 
 
 def _fixed_method(method: str) -> str:

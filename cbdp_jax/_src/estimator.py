@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cbdp_jax._src import certification, input_maps, keys
+from cbdp_jax._src import certification, input_maps, keys, threads
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
 from cbdp_jax._src.core import Trainer, cached_trainer, closed_form_fit
 from cbdp_jax._src.core import fit as core_fit
@@ -926,21 +926,27 @@ def _assemble(
 def _directions(
     key, make_problem, *, config, known_infinite: str | None
 ) -> tuple[dict, dict | None]:
+    """The fields of D(P, Q) and, with ``both_directions``, of D(Q, P) (else None).
+
+    The two directions are independent pipelines with their own keys; they run side by side in two
+    threads where that changes nothing but the wall time (:mod:`threads`), never with a progress
+    callback (user code, perhaps not safe to call from two threads).
+    """
     k_pq, k_qp = keys.split(key)
-    results = []
-    for k, direction in ((k_pq, "PQ"), (k_qp, "QP")):
-        if direction == "QP" and not config.both_directions:
-            results.append(None)
-            break
+    jobs = [(k_pq, "PQ"), (k_qp, "QP")] if config.both_directions else [(k_pq, "PQ")]
+
+    def one(k, direction: str) -> dict:
         if known_infinite is not None:
             fields = _unbounded(known_infinite, direction)
             fields["bonferroni"] = math.inf
-        else:
-            probs = make_problem(swap=direction == "QP")
-            level = family_confidence(config.confidence, config.family_size)
-            fields = _run(k, probs, direction=direction, confidence=level)
-        results.append(fields)
-    return results[0], results[1]
+            return fields
+        probs = make_problem(swap=direction == "QP")
+        level = family_confidence(config.confidence, config.family_size)
+        return _run(k, probs, direction=direction, confidence=level)
+
+    concurrent = known_infinite is None and config.progress is None
+    results = threads.map_concurrently(one, jobs, concurrent=concurrent)
+    return results[0], (results[1] if len(results) > 1 else None)
 
 
 def _known_infinite(pair, spec: AdversarySpec, div) -> str | None:

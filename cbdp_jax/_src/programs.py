@@ -42,6 +42,7 @@ import inspect
 import os
 import pickle
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -326,17 +327,26 @@ def _without_jax_cache() -> Iterator[bool]:
             cc._cache_checked, cc._cache_used = saved
 
 
-_COMPILES = {"n": 0, "listening": False}
+_COMPILES = {"listening": False}
+# Per thread: JAX reports a compile in the thread that compiled, and another thread's compiles must
+# not count as this one's.
+_COMPILED_HERE = threading.local()
+_COMPILE_LOCK = threading.Lock()
+
+
+def _compiles_here() -> int:
+    """XLA compilations this thread has done since counting began."""
+    return getattr(_COMPILED_HERE, "n", 0)
 
 
 def _count_compiles() -> None:
-    """Counts XLA compilations (JAX's backend-compile events), from the first call on."""
+    """Counts XLA compilations (JAX's backend-compile events), from the first call on, per thread."""
     if _COMPILES["listening"]:
         return
 
     def listener(event: str, duration: float, **kwargs) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
-            _COMPILES["n"] += 1
+            _COMPILED_HERE.n = _compiles_here() + 1
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     _COMPILES["listening"] = True
@@ -352,6 +362,17 @@ def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]
     compiled = _MEMORY.get(key)
     if compiled is not None:
         return compiled, False
+    # One load or compile at a time: threads that need the same program (an estimate's two
+    # directions) then compile it once, and the compile counter and the bypass of JAX's cache below
+    # see one compile at a time.
+    with _COMPILE_LOCK:
+        compiled = _MEMORY.get(key)
+        if compiled is not None:
+            return compiled, False
+        return _load_or_compile(jitted, key, args, kwargs)
+
+
+def _load_or_compile(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]:
     path = folder() / f"{key}.jaxexe"
     compiled = _load(path)
     loaded = compiled is not None
@@ -359,10 +380,10 @@ def _executable(jitted, key: str, args: tuple, kwargs: dict) -> tuple[Any, bool]
         _LOADED[key] = path
     else:
         _count_compiles()
-        before = _COMPILES["n"]
+        before = _compiles_here()
         with _without_jax_cache() as bypassed:
             compiled = jitted.lower(*args, **kwargs).compile()
-        if bypassed and _COMPILES["n"] > before:
+        if bypassed and _compiles_here() > before:
             _store(path, compiled)
     _MEMORY[key] = compiled
     return compiled, loaded

@@ -82,15 +82,23 @@ def of(x: jax.Array, mask: jax.Array | None = None, axis: int = -1) -> Moments:
     return _reduced(jnp, x, mask, axis)
 
 
-def of_host(x) -> Moments:
-    """:func:`of` of a whole host sample, in float64 NumPy, without a device program.
+def of_host(x, axis: int | None = None) -> Moments:
+    """:func:`of` of a host sample, in float64 NumPy, without a device program.
 
     For validation-side decisions that evaluate many small samples, where a device call per sample
     costs more than the arithmetic. The same fields by the same formulas; sums in NumPy's order, so the
     last bits may differ from :func:`of`.
+
+    Args:
+      x: Observations.
+      axis: The sample axis (one sample per row of ``[K, n]`` with ``axis=-1``: each row's moments
+        are bit for bit those of the row alone); None: the whole of ``x`` flattened.
+
     """
-    x = np.asarray(x, np.float64).ravel()
-    return _reduced(np, x, np.ones(x.shape, bool), -1)
+    x = np.asarray(x, np.float64)
+    if axis is None:
+        x, axis = x.ravel(), -1
+    return _reduced(np, x, np.ones(x.shape, bool), axis)
 
 
 def _reduced(xp, x, mask, axis: int) -> Moments:

@@ -1,10 +1,10 @@
 """Independent host-side pipelines in threads, where that changes nothing but the wall time.
 
 An estimate in both directions is two independent pipelines (train, plan, evaluate, certify), each
-with its own key and samples. On a CPU one training program keeps about one core busy (small matrix
-products do not split well across cores), and programs dispatched one after the other from one thread
-run one after the other. Two threads run the two pipelines side by side; JAX releases the GIL while a
-program runs, so on two cores the wall time of a training-bound estimate nearly halves. The numbers
+with its own key and samples. On a CPU a small network's training program leaves cores idle (its
+small matrix products do not split well across cores), and programs dispatched one after the other
+from one thread run one after the other. Two threads run the two pipelines side by side; JAX releases
+the GIL while a program runs, so the other direction's work fills the idle cores. The numbers
 are the same: each pipeline computes exactly what it computes alone (XLA's partitioning of a program
 over cores does not depend on what else runs).
 

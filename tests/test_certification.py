@@ -515,9 +515,9 @@ def test_scoring_every_candidate_b_at_once_gives_each_one_at_a_time_prediction(
     los, his = certification.supports(div, np.asarray(candidates, np.float64))
     usable = [k for k in range(len(candidates)) if np.isfinite(los[k]) and np.isfinite(his[k])]
     got = certification._predictions(
-        div, h_p, h_q, candidates, usable, (los, his), 5000, 0.95, False
+        div, h_p, h_q, [(candidates[k], los[k], his[k]) for k in usable], 5000, 0.95, False
     )
-    assert got == want
+    assert [(usable[i], value, m) for i, value, m in got] == want
     k, _, m = max(want, key=lambda c: c[1])  # the first of equal maxima, as the plan's search
     assert certification._best_bound(div, h_p, h_q, candidates, 5000, 0.95, "auto", False) == (
         candidates[k],

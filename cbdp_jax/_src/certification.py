@@ -397,16 +397,15 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
     # takes Python floats as well; this keeps the plan's values and types as they were).
     los, his = supports(div, np.asarray(candidates, np.float64))
     usable = [
-        k for k, (lo, hi) in enumerate(zip(los, his, strict=True))
+        (b, lo, hi) for b, lo, hi in zip(candidates, los, his, strict=True)
         if math.isfinite(lo) and math.isfinite(hi)
     ]  # fmt: skip
     best = None
-    for k, value, m in _predictions(div, h_p, h_q, candidates, usable, (los, his), n_test,
-                                    confidence, fixed):  # fmt: skip
+    for i, value, m in _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
         if method != "auto":
             m = method
         if best is None or value > best[0]:
-            best = (value, candidates[k], m, (los[k], his[k]))
+            best = (value, usable[i][0], m, usable[i][1:])
     if best is None:
         if fixed:
             return candidates[0], _fixed_method(method), support(div, candidates[0])
@@ -418,8 +417,10 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
 _ROWS_BUDGET = 1 << 22
 
 
-def _predictions(div, h_p, h_q, candidates, usable, ends, n_test, confidence, fixed):
-    """``(k, predicted bound, method)`` of each usable candidate k whose prediction is finite.
+def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
+    """``(i, prediction, method)`` for each ``usable[i] = (B, lo, hi)`` with a finite prediction.
+
+    Each prediction is what :func:`predicted_bound` gives for that candidate alone.
 
     Candidates are scored in groups (rows of one array, at most ``_ROWS_BUDGET`` values each).
     """
@@ -427,26 +428,25 @@ def _predictions(div, h_p, h_q, candidates, usable, ends, n_test, confidence, fi
     out = []
     for start in range(0, len(usable), per_group):
         group = usable[start : start + per_group]
-        b = np.asarray([candidates[k] for k in group], np.float64)[:, None]
+        b = np.asarray([c[0] for c in group], np.float64)[:, None]
         shape = (len(group), h_p.size)
         hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded(h_p[None, :], b)
         hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded(h_q[None, :], b)
         t_p, t_q = _terms(div, hb_p, hb_q)
         diff = t_p - t_q
-        if diff.shape[1] < 4:
-            continue
-        rows = np.flatnonzero(np.all(np.isfinite(diff), axis=1))
-        if rows.size == 0:
+        # predicted_bound's refusals: fewer than 4 pairs, or a non-finite term
+        rows = np.flatnonzero(np.all(np.isfinite(diff), axis=1)) if diff.shape[1] >= 4 else []
+        if len(rows) == 0:
             continue
         m_val, pairs_val = berry_esseen.moments_of_rows(diff[rows])
-        for i, r in enumerate(rows):
-            k = group[r]
-            pairs = berry_esseen.PairMoments(mom.take(pairs_val.w, i), mom.take(pairs_val.v, i))
+        for j, r in enumerate(rows):
+            _, lo, hi = group[r]
+            pairs = berry_esseen.PairMoments(mom.take(pairs_val.w, j), mom.take(pairs_val.v, j))
             value, m = predicted_bound_from_moments(
-                mom.take(m_val, i), pairs, ends[0][k], ends[1][k], n_test, confidence
+                mom.take(m_val, j), pairs, lo, hi, n_test, confidence
             )
             if math.isfinite(value):
-                out.append((k, value, m))
+                out.append((start + r, value, m))
     return out
 
 

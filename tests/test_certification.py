@@ -515,7 +515,7 @@ def test_scoring_every_candidate_b_at_once_gives_each_one_at_a_time_prediction(
     los, his = certification.supports(div, np.asarray(candidates, np.float64))
     usable = [k for k in range(len(candidates)) if np.isfinite(los[k]) and np.isfinite(his[k])]
     got = certification._predictions(
-        div, h_p, h_q, [(candidates[k], los[k], his[k]) for k in usable], 5000, 0.95, False
+        div, h_p, h_q, [(candidates[k], los[k], his[k], 1.0) for k in usable], 5000, 0.95, False
     )
     assert [(usable[i], value, m) for i, value, m in got] == want
     k, _, m = max(want, key=lambda c: c[1])  # the first of equal maxima, as the plan's search
@@ -541,3 +541,58 @@ def test_conjugate_terms_padded_to_a_bucket_equal_the_unpadded_program(n):
                 ]
             )
         np.testing.assert_array_equal(certification._conjugate_host(div, h), want)
+
+
+@pytest.mark.parametrize(
+    "name, alpha, scale", [("kl", None, 1.0), ("renyi", 2.0, 30.0), ("chi2", None, 3.0)]
+)
+@pytest.mark.parametrize("grid", [32, 8])
+def test_every_multiplier_scored_at_once_gives_what_each_alone_gives(name, alpha, scale, grid):
+    # The input-map plan tries critics t h for ten multipliers t. Scored together (one array of all
+    # (t, B) rows), each t must get the B, method and support a search over the same grid gives
+    # alone (choose_bound itself for the full grid of 32), and the prediction validation_score
+    # gives for B tanh(t h / B): what a loop over t computes, bit for bit.
+    div = get_divergence(name, **({"alpha": alpha} if alpha else {}))
+    rng = np.random.default_rng(11)
+    h_p, h_q = rng.laplace(0.3, scale, 1501), rng.laplace(0.0, scale, 1499)
+    ts = [float(t) for t in np.geomspace(1.0, 1e-3, 10)]
+    got = certification.choose_bounds(div, h_p, h_q, ts, n_test=8000, confidence=0.95, grid=grid)
+    scores = []
+    for t, (b, m, sup, score) in zip(ts, got, strict=True):
+        tp, tq = t * h_p[:1499], t * h_q
+        candidates = certification._b_grid(div, tp, tq, grid)
+        assert len(candidates) <= grid
+        want = certification._best_bound(div, tp, tq, candidates, 8000, 0.95, "auto", False)
+        if grid == 32:
+            assert want == certification.choose_bound(div, tp, tq, n_test=8000, confidence=0.95)
+        assert (b, m, sup) == want
+        assert score == certification.validation_score(
+            div, b * np.tanh(tp / b), b * np.tanh(tq / b), sup, n_test=8000, confidence=0.95
+        )
+        scores.append(score)
+    # Not vacuous: the multipliers disagree, so picking among them is a real choice.
+    assert len(set(scores)) > 1 and all(math.isfinite(s) for s in scores)
+
+
+def test_a_fixed_method_is_reported_for_every_multiplier():
+    div = get_divergence("renyi", alpha=2.0)
+    rng = np.random.default_rng(3)
+    h_p, h_q = rng.normal(0.5, 1.0, 1000), rng.normal(0.0, 1.0, 1000)
+    got = certification.choose_bounds(
+        div, h_p, h_q, [1.0, 0.1], n_test=5000, confidence=0.95, method="betting"
+    )
+    assert [m for _, m, _, _ in got] == ["betting", "betting"]
+
+
+def test_multipliers_whose_grid_overflows_fall_back_below_the_overflow():
+    # A KL critic of ~1e7 makes f*(B) overflow on its whole grid at t = 1 (as in the test above for
+    # choose_bound); at t = 1e-6 its grid is usable. Each t gets what choose_bound gives alone.
+    div = get_divergence("kl")
+    rng = np.random.default_rng(5)
+    h_p, h_q = 1e7 * (1.0 + rng.random(4000)), -1e7 * (1.0 + rng.random(4000))
+    got = certification.choose_bounds(div, h_p, h_q, [1.0, 1e-6], n_test=100_000, confidence=0.95)
+    for t, (b, m, sup, _) in zip([1.0, 1e-6], got, strict=True):
+        alone = certification.choose_bound(div, t * h_p, t * h_q, n_test=100_000, confidence=0.95)
+        assert (b, m, sup) == alone and math.isfinite(sum(sup))
+    # t = 1 took the fallback (B below the overflow); t = 1e-6 its ordinary grid, with a prediction.
+    assert got[0][0] <= certification.largest_finite_bound(div) and math.isfinite(got[1][3])

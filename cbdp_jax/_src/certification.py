@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -362,23 +363,86 @@ def choose_bound(
       ``(B, method, support)``.
 
     """
-    n = min(h_val_p.size, h_val_q.size)
-    h_p, h_q = np.asarray(h_val_p[:n], np.float64), np.asarray(h_val_q[:n], np.float64)
-    top = float(np.max(np.abs(np.concatenate([h_p, h_q])))) if n else 1.0
-    med = float(np.median(np.abs(np.concatenate([h_p, h_q])))) if n else 1.0
+    h_p, h_q = _paired(h_val_p, h_val_q)
     if fixed_bound is not None:
         return _best_bound(div, h_p, h_q, [float(fixed_bound)], n_test, confidence, method, True)
+    b, m, sup, _ = choose_bounds(
+        div, h_p, h_q, [1.0], n_test=n_test, confidence=confidence, method=method
+    )[0]
+    return b, m, sup
+
+
+def choose_bounds(
+    div: Divergence,
+    h_val_p: np.ndarray,
+    h_val_q: np.ndarray,
+    multipliers: Sequence[float],
+    *,
+    n_test: int,
+    confidence: float,
+    method: str = "auto",
+    grid: int = _B_CANDIDATES,
+) -> list[tuple[float, str, tuple[float, float], float]]:
+    """:func:`choose_bound` for each critic ``t h`` (t in ``multipliers``), with its prediction.
+
+    Returns one ``(B, method, support, prediction)`` per multiplier: the B among ``grid`` candidates
+    that :func:`choose_bound` picks for ``t h`` (with ``grid`` = 32 exactly its B), and the bound
+    :func:`validation_score` predicts for ``B tanh(t h / B)`` on these samples (f-scale; -inf when not
+    finite). Every multiplier's candidates are scored together, as rows of one array; each row exactly
+    as alone (``tests/test_certification.py``).
+    """
+    h_p, h_q = _paired(h_val_p, h_val_q)
+    rows = [(b, t) for t in multipliers for b in _b_grid(div, t * h_p, t * h_q, grid)]
+    los, his = supports(div, np.asarray([b for b, _ in rows], np.float64))
+    usable = [
+        (b, lo, hi, t) for (b, t), lo, hi in zip(rows, los, his, strict=True)
+        if math.isfinite(lo) and math.isfinite(hi)
+    ]  # fmt: skip
+    best: dict[float, tuple] = {}
+    for i, value, m in _predictions(div, h_p, h_q, usable, n_test, confidence, False):
+        b, lo, hi, t = usable[i]
+        if t not in best or value > best[t][0]:  # the first of equal maxima
+            best[t] = (value, b, method if method != "auto" else m, (lo, hi))
+    out = []
+    for t in multipliers:
+        if t in best:
+            value, b, m, sup = best[t]
+            out.append((b, m, sup, value))
+            continue
+        # Every B on the grid made f*(+-B) overflow (a critic with enormous outputs, e.g. against a
+        # nearly non-private mechanism), or no prediction was finite: search below the largest B
+        # whose terms are finite instead.
+        b, m, sup = _below_overflow(div, t * h_p, t * h_q, n_test, confidence, method)
+        score = validation_score(
+            div, _bounded(t * h_p, b), _bounded(t * h_q, b), sup, n_test=n_test,
+            confidence=confidence,
+        )  # fmt: skip
+        out.append((b, m, sup, score))
+    return out
+
+
+def _paired(h_val_p, h_val_q) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n = min`` values of each side in float64 (the predictions pair them)."""
+    n = min(np.size(h_val_p), np.size(h_val_q))
+    return np.asarray(h_val_p[:n], np.float64), np.asarray(h_val_q[:n], np.float64)
+
+
+def _b_grid(div: Divergence, h_p: np.ndarray, h_q: np.ndarray, size: int) -> list[float]:
+    """``size`` candidate B of a critic, geometric from a quarter of its median size to 4x its max."""
+    both = np.abs(np.concatenate([h_p, h_q]))
+    top = float(np.max(both)) if h_p.size else 1.0
+    med = float(np.median(both)) if h_p.size else 1.0
     lo_b = max(0.25 * med, 1e-3)
     hi_b = max(4.0 * top, 2.0 * lo_b)
-    candidates = list(np.geomspace(lo_b, hi_b, _B_CANDIDATES))
+    candidates = list(np.geomspace(lo_b, hi_b, size))
     if div.conjugate_sup < math.inf:
         cap = 0.99 * div.conjugate_sup
         candidates = sorted({min(b, cap) for b in candidates})
-    found = _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, False)
-    if found is not None:
-        return found
-    # Every B on the grid made f*(+-B) overflow (a critic with enormous outputs, e.g. against a nearly
-    # non-private mechanism): search below the largest B whose terms are finite instead.
+    return candidates
+
+
+def _below_overflow(div, h_p, h_q, n_test, confidence, method):
+    """``(B, method, support)`` on a grid of B below the largest with finite f*(+-B)."""
     cap = largest_finite_bound(div)
     small = list(np.geomspace(min(1e-3, cap / 2), cap, _B_CANDIDATES))
     found = _best_bound(div, h_p, h_q, small, n_test, confidence, method, False)
@@ -397,7 +461,7 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
     # takes Python floats as well; this keeps the plan's values and types as they were).
     los, his = supports(div, np.asarray(candidates, np.float64))
     usable = [
-        (b, lo, hi) for b, lo, hi in zip(candidates, los, his, strict=True)
+        (b, lo, hi, 1.0) for b, lo, hi in zip(candidates, los, his, strict=True)
         if math.isfinite(lo) and math.isfinite(hi)
     ]  # fmt: skip
     best = None
@@ -405,7 +469,7 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
         if method != "auto":
             m = method
         if best is None or value > best[0]:
-            best = (value, usable[i][0], m, usable[i][1:])
+            best = (value, usable[i][0], m, usable[i][1:3])
     if best is None:
         if fixed:
             return candidates[0], _fixed_method(method), support(div, candidates[0])
@@ -418,20 +482,21 @@ _ROWS_BUDGET = 1 << 22
 
 
 def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
-    """``(i, prediction, method)`` for each ``usable[i] = (B, lo, hi)`` with a finite prediction.
+    """``(i, prediction, method)`` for each ``usable[i] = (B, lo, hi, t)`` with a finite prediction.
 
-    Each prediction is what :func:`predicted_bound` gives for that candidate alone.
-
-    Candidates are scored in groups (rows of one array, at most ``_ROWS_BUDGET`` values each).
+    Row i scores the critic ``B tanh(t h / B)`` (``h`` itself when ``fixed``); each prediction is what
+    :func:`predicted_bound` gives for that candidate alone. Candidates are scored in groups (rows of
+    one array, at most ``_ROWS_BUDGET`` values each).
     """
     per_group = max(1, _ROWS_BUDGET // max(h_p.size, 1))
     out = []
     for start in range(0, len(usable), per_group):
         group = usable[start : start + per_group]
         b = np.asarray([c[0] for c in group], np.float64)[:, None]
+        t = np.asarray([c[3] for c in group], np.float64)[:, None]
         shape = (len(group), h_p.size)
-        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded(h_p[None, :], b)
-        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded(h_q[None, :], b)
+        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded(t * h_p[None, :], b)
+        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded(t * h_q[None, :], b)
         t_p, t_q = _terms(div, hb_p, hb_q)
         diff = t_p - t_q
         # predicted_bound's refusals: fewer than 4 pairs, or a non-finite term
@@ -440,7 +505,7 @@ def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
             continue
         m_val, pairs_val = berry_esseen.moments_of_rows(diff[rows])
         for j, r in enumerate(rows):
-            _, lo, hi = group[r]
+            lo, hi = group[r][1:3]
             pairs = berry_esseen.PairMoments(mom.take(pairs_val.w, j), mom.take(pairs_val.v, j))
             value, m = predicted_bound_from_moments(
                 mom.take(m_val, j), pairs, lo, hi, n_test, confidence
@@ -941,6 +1006,7 @@ __all__ = [
     "reported_bound",
     "cap_for",
     "choose_bound",
+    "choose_bounds",
     "conjugate_range",
     "clears_tails",
     "describe",

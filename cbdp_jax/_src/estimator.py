@@ -595,8 +595,10 @@ def _finite_sample_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, confidenc
     )
 
 
-# Multipliers t of a mapped critic tried before B is chosen (t = 1: the fitted critic as it is).
+# Multipliers t of a mapped critic tried before B is chosen (t = 1: the fitted critic as it is), and
+# the candidate B each t is scored with (B itself is then chosen on the full grid at the chosen t).
 _MULTIPLIERS = tuple(float(t) for t in np.geomspace(1.0, 1e-3, 10))
+_MULTIPLIER_GRID = 16
 
 
 def _critic_multiplier(prob: _Problem, crit_p, crit_q, confidence: float) -> float:
@@ -605,19 +607,17 @@ def _critic_multiplier(prob: _Problem, crit_p, crit_q, confidence: float) -> flo
     Used behind a non-identity input map, where a critic that separates an atom from everything else
     is fitted with a huge scale (the divergence it sees may be infinite), so that every B either cuts
     the atom's value or leaves Q's other values large; scaling it down first lets B do its job. Each
-    t is a fixed choice made on validation samples, like B.
+    t is a fixed choice made on validation samples, like B: every t is scored by its best of
+    ``_MULTIPLIER_GRID`` candidate B, all at once (:func:`certification.choose_bounds`); of equal
+    predictions the largest t wins.
     """
-    n_test, best = min(prob.n_test), (-math.inf, 1.0)
-    for t in _MULTIPLIERS:
-        b, method, sup = certification.choose_bound(
-            prob.divergence, t * crit_p, t * crit_q, n_test=n_test, confidence=confidence,
-            method=_method(prob.config),
-        )  # fmt: skip
-        score = certification.validation_score(
-            prob.divergence, b * np.tanh(t * crit_p / b), b * np.tanh(t * crit_q / b), sup,
-            n_test=n_test, confidence=confidence,
-        )  # fmt: skip
-        best = max(best, (score, t))
+    found = certification.choose_bounds(
+        prob.divergence, crit_p, crit_q, _MULTIPLIERS, n_test=min(prob.n_test),
+        confidence=confidence, method=_method(prob.config), grid=_MULTIPLIER_GRID,
+    )  # fmt: skip
+    best = (-math.inf, 1.0)
+    for t, (*_, score) in zip(_MULTIPLIERS, found, strict=True):
+        best = max(best, (score if math.isfinite(score) else -math.inf, t))
     return best[1]
 
 

@@ -15,6 +15,8 @@ Examples:
 
 from cbdp_jax._src.batch_sampling import SAMPLERS as SAMPLERS
 from cbdp_jax._src.batch_sampling import BatchSampler as BatchSampler
+from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_delta as shuffle_lower_delta
+from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_epsilon as shuffle_lower_epsilon
 from cbdp_jax._src.training_audit import BUGS as BUGS
 from cbdp_jax._src.training_audit import THREATS as THREATS
 from cbdp_jax._src.training_audit import Canary as Canary
@@ -33,10 +35,12 @@ from cbdp_jax._src.training_audit import training_runs as training_runs
 from cbdp_jax._src.training_setups import DATASETS as DATASETS
 from cbdp_jax._src.training_setups import MLP as MLP
 from cbdp_jax._src.training_setups import MODELS as MODELS
+from cbdp_jax._src.training_setups import SingleWeight as SingleWeight
 from cbdp_jax._src.training_setups import build_problem as build_problem
 from cbdp_jax._src.training_setups import input_canary as input_canary
 from cbdp_jax._src.training_setups import load_data as load_data
 from cbdp_jax._src.training_setups import make_model as make_model
+from cbdp_jax._src.training_setups import worst_case_problem as worst_case_problem
 
 __all__ = [
     "BUGS",
@@ -50,6 +54,7 @@ __all__ = [
     "DpSgdState",
     "Prepared",
     "RunOutput",
+    "SingleWeight",
     "TrainingProblem",
     "audit_training",
     "build_problem",
@@ -60,7 +65,10 @@ __all__ = [
     "make_model",
     "make_run",
     "prepare",
+    "shuffle_lower_delta",
+    "shuffle_lower_epsilon",
     "training_audit_config",
     "training_mechanism",
     "training_runs",
+    "worst_case_problem",
 ]

@@ -4,10 +4,14 @@ Nothing is downloaded: ``load_digits`` ships with scikit-learn (8x8 images, 1797
 classes, pixels scaled to [0, 1]; its always-blank border pixels give the gradient canary a coordinate
 no example moves). The synthetic data is two Gaussian blobs with one always-zero feature for the same
 purpose. Models are logistic regression (one ``nnx.Linear``) and a 2-layer ReLU MLP.
+
+:func:`worst_case_problem` is the data set of the shuffled-batch lower bound
+(:mod:`~cbdp_jax._src.shuffle_lower_bound`) built as training data, with a one-parameter model.
 """
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -67,6 +71,53 @@ def make_model(kind: str, features: int, classes: int, *, seed: int = 0, hidden:
     if kind == "logreg":
         return nnx.Linear(features, classes, rngs=rngs)
     return MLP(features, hidden, classes, rngs=rngs)
+
+
+class SingleWeight(nnx.Module):
+    """Two-class logits (0, w x_0) with one parameter w (initially 0): every gradient lies along w."""
+
+    def __init__(self):
+        self.w = nnx.Param(jnp.zeros((1,)))
+
+    def __call__(self, x):
+        return jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :1] * self.w[...]], axis=-1)
+
+
+def worst_case_problem(
+    *, steps: int, noise: float, batch_size: int = 4, sampler: str = "shuffle", clip: float = 1.0
+) -> TrainingProblem:
+    """One epoch of DP-SGD on the shuffled-batch worst case (Chua et al. 2024), as real training.
+
+    ``steps * batch_size - 1`` examples with the one feature 1000 and label 1 train
+    :class:`SingleWeight`: each example's gradient along w is -1000 (1 - sigmoid(w x)), far beyond the
+    clipping norm, so every clipped gradient is -``clip`` along w (the learning rate 1e-6 keeps w x near
+    0 for the whole epoch). The gradient canary is +``clip`` along w, so the T released coordinates
+    are those of :mod:`~cbdp_jax._src.shuffle_lower_bound`. ``sampler`` is ``'shuffle'`` (T batches of
+    ``batch_size``, each example in exactly one) or ``'poisson'`` at q = 1 / T (the control: then a
+    zeroed canary leaves no trace and the Poisson accountant's claim holds).
+    """
+    check_int_at_least("steps", steps, 1)
+    check_int_at_least("batch_size", batch_size, 1)
+    check_choice("sampler", sampler, ("shuffle", "poisson"))
+    n = steps * batch_size - 1
+    if n < 1:
+        raise InvalidParameterError(
+            f"steps={steps} is invalid with batch_size={batch_size}: the epoch needs at least 2 examples"
+        )
+    x, y = np.full((n, 1), 1000.0, np.float32), np.ones(n, np.int32)
+    if sampler == "shuffle":
+        batches = BatchSampler(kind="shuffle", batch_size=batch_size)
+    else:
+        batches = BatchSampler(kind="poisson", rate=1.0 / steps)
+    step = dp_sgd(
+        learning_rate=1e-6, l2_norm_clip=clip, noise_multiplier=noise,
+        expected_batch_size=batches.expected_batch(n + 1),
+    )  # fmt: skip
+    return TrainingProblem(
+        model=SingleWeight(), data=(x, y), step=step, sampler=batches, steps=steps,
+        canary=Canary(kind="gradient", norm=clip, coordinate=0), noise_multiplier=noise,
+        name=f"dp-sgd worst case, {sampler}, T={steps}, S={noise:g}",
+    )  # fmt: skip
 
 
 def input_canary(x: np.ndarray, y: np.ndarray) -> Canary:

@@ -1031,7 +1031,13 @@ def audit_training_cmd(
         str, typer.Option(help="logreg or mlp (2 layers, 32 hidden units)")
     ] = "logreg",
     data: Annotated[
-        str, typer.Option(help="digits (scikit-learn's bundled 8x8 digits) or synthetic")
+        str,
+        typer.Option(
+            help="digits (scikit-learn's bundled 8x8 digits), synthetic, or worst-case (Chua et "
+            "al.'s data for shuffled batches: one weight, every clipped gradient -C, one epoch of "
+            "--steps batches of --batch-size (default 4); --model, --rate and --learning-rate do "
+            "not apply, Poisson is at q = 1 / steps)"
+        ),
     ] = "digits",
     examples: Annotated[
         int | None, typer.Option(help="use the first N examples (default: all)")
@@ -1108,6 +1114,8 @@ def audit_training_cmd(
     start = time.perf_counter()
     result = ta.audit_training(jax.random.key(seed), problem, text, config=config)
     seconds = time.perf_counter() - start
+    if data == "worst-case":  # the setup's own model and step size
+        model, learning_rate = "single-weight", 1e-6
     training = {
         "model": model, "data": data, "examples": problem.examples - 1, "sampler": sampler,
         "sampling_rate": problem.sampling_rate, "noise": noise, "clip": clip,

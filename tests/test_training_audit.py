@@ -187,6 +187,26 @@ def test_bad_input_raises_one_line_errors_naming_the_parameter(small):
         ta.prepare(dataclasses.replace(problem, step=raw))
 
 
+def test_the_command_lines_worst_case_is_the_papers_setup_and_refuses_what_does_not_apply():
+    got = ta.build_problem(data="worst-case", sampler="shuffle", steps=10, noise=0.7, batch_size=3)
+    want = ta.worst_case_problem(steps=10, noise=0.7, batch_size=3)
+    assert (got.name, got.steps, got.examples, got.sampling_rate) == (
+        want.name, want.steps, want.examples, want.sampling_rate,
+    )  # fmt: skip
+    assert ta.build_problem(data="worst-case", sampler="poisson", steps=10).sampling_rate == 0.1
+    for option, match in (
+        ({"bug": "no-clip"}, "bug='no-clip' is invalid with data='worst-case'"),
+        ({"threat": "white-box"}, "threat='white-box' is invalid with data='worst-case'"),
+        ({"step": "optax"}, "step='optax' is invalid with data='worst-case'"),
+        ({"n": 30}, "examples=30 is invalid with data='worst-case'"),
+        ({"sampler": "fixed", "batch_size": 4}, "sampler='fixed' is invalid"),
+    ):
+        with pytest.raises(InvalidParameterError, match=match):
+            ta.build_problem(**({"data": "worst-case", "sampler": "shuffle"} | option))
+    with pytest.raises(InvalidParameterError, match="steps=1 is invalid with batch_size=1"):
+        ta.worst_case_problem(steps=1, noise=1.0, batch_size=1)
+
+
 # --- long statistical checks (pytest -m slow) -----------------------------------------------------
 
 SLOW = dict(data="synthetic", n=63, sampler="poisson", rate=0.125, steps=16, noise=1.0)

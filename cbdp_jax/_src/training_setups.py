@@ -120,6 +120,24 @@ def worst_case_problem(
     )  # fmt: skip
 
 
+def _worst_case_from_options(sampler, noise, clip, batch_size, steps, threat, step, bug, n):
+    """:func:`worst_case_problem` from the command line's options, refusing those that do not apply."""
+    fixed = {"threat": (threat, "gradient"), "step": (step, "dp-sgd"), "bug": (bug, "none")}
+    for name, (value, only) in fixed.items():
+        if value != only:
+            raise InvalidParameterError(
+                f"{name}={value!r} is invalid with data='worst-case': that setup is the {only!r} one"
+            )
+    if n is not None:
+        raise InvalidParameterError(
+            f"examples={n} is invalid with data='worst-case': it has steps x batch size - 1 examples"
+        )
+    return worst_case_problem(
+        steps=steps, noise=noise, batch_size=4 if batch_size is None else batch_size,
+        sampler=sampler, clip=clip,
+    )  # fmt: skip
+
+
 def input_canary(x: np.ndarray, y: np.ndarray) -> Canary:
     """An out-of-distribution example: every feature at its maximum, labelled with the rarest class."""
     counts = np.bincount(y)
@@ -135,11 +153,19 @@ def build_problem(
 ) -> TrainingProblem:  # fmt: skip
     """A :class:`TrainingProblem` from the command line's options (``cbdp audit-training``).
 
+    ``data='worst-case'`` is :func:`worst_case_problem` (``batch_size`` default 4; ``model``, ``rate``
+    and ``learning_rate`` do not apply: one weight, q = 1 / steps, learning rate 1e-6).
+
     ``step='optax'`` is ``optax.contrib.dpsgd(learning_rate, clip, noise, seed)``; ``'dp-sgd'`` is
     :func:`dp_sgd` (which can plant ``bug``). The fixed-size samplers take ``batch_size``, Poisson
     ``rate``; the gradient threat gets a gradient canary of norm ``clip``, the others an input canary.
     """
     check_choice("step", step, STEPS)
+    check_choice("data", data, (*DATASETS, "worst-case"))
+    if data == "worst-case":
+        return _worst_case_from_options(
+            sampler, noise, clip, batch_size, steps, threat, step, bug, n
+        )
     x, y = load_data(data, n=n, seed=seed)
     examples = x.shape[0] + 1
     if sampler == "poisson":

@@ -52,6 +52,12 @@ def _masses(noise: float, steps: int) -> tuple[np.ndarray, ...]:
     return -np.expm1(log_p), -np.expm1(log_q), np.exp(log_p), np.exp(log_q)
 
 
+def _delta(masses: tuple[np.ndarray, ...], eps: float) -> float:
+    p_up, q_up, p_in, q_in = masses
+    scale = math.exp(eps)
+    return max(float(np.max(p_up - scale * q_up)), float(np.max(q_in - scale * p_in)), 0.0)
+
+
 def shuffle_lower_delta(noise: float, steps: int, eps: float) -> float:
     """A lower bound on delta(eps) of one epoch of T shuffled batches on the worst-case data set.
 
@@ -70,9 +76,7 @@ def shuffle_lower_delta(noise: float, steps: int, eps: float) -> float:
     check_positive("noise", noise)
     check_int_at_least("steps", steps, 1)
     check_in_range("eps", eps, 0.0, math.inf)
-    p_up, q_up, p_in, q_in = _masses(float(noise), int(steps))
-    scale = math.exp(eps)
-    return max(float(np.max(p_up - scale * q_up)), float(np.max(q_in - scale * p_in)), 0.0)
+    return _delta(_masses(float(noise), int(steps)), float(eps))
 
 
 def shuffle_lower_epsilon(noise: float, steps: int, delta: float) -> float:
@@ -87,15 +91,18 @@ def shuffle_lower_epsilon(noise: float, steps: int, delta: float) -> float:
       5.62
 
     """
+    check_positive("noise", noise)
+    check_int_at_least("steps", steps, 1)
     check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-    if shuffle_lower_delta(noise, steps, 0.0) < delta:
+    masses = _masses(float(noise), int(steps))
+    if _delta(masses, 0.0) < delta:
         return 0.0
     lo, hi = 0.0, 1.0
-    while shuffle_lower_delta(noise, steps, hi) >= delta:  # delta(eps) decreases in eps
+    while _delta(masses, hi) >= delta:  # delta(eps) decreases in eps
         lo, hi = hi, 2.0 * hi
     while hi - lo > 1e-6:
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if shuffle_lower_delta(noise, steps, mid) >= delta else (lo, mid)
+        lo, hi = (mid, hi) if _delta(masses, mid) >= delta else (lo, mid)
     return lo
 
 

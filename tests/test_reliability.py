@@ -36,6 +36,7 @@ import pytest
 import cbdp_jax
 from cbdp_jax import InvalidParameterError, analytic, exact, hockey_stick
 from cbdp_jax import audit as au
+from cbdp_jax import training_audit as ta
 from cbdp_jax.adversaries import AdversarySpec, make_adversary
 from cbdp_jax.calibration import calibrate
 from cbdp_jax.checkpoint import UnitStore
@@ -234,6 +235,10 @@ API_CASES = [
     pytest.param(lambda: au.audit(KEY, lambda r, d, n: np.zeros(n), "pure:1"), ("pair=None", "--d and --d-prime"), id="audit.no-pair-no-space"),
     pytest.param(lambda: hockey_stick.laplace_hockey_stick(1.0, 0.0), ("mechanism_epsilon=0.0", "> 0"), id="hockey_stick.laplace-eps0"),
     pytest.param(lambda: hockey_stick.gaussian_sigma_for(1.0, 0.0), ("delta=0.0", "(0.0, 1.0)"), id="hockey_stick.sigma-for-delta0"),
+    pytest.param(lambda: ta.shuffle_lower_epsilon(1.0, 10, 0.0), ("delta=0.0", "(0.0, 1.0)"), id="training_audit.shuffle-lower-delta0"),
+    pytest.param(lambda: ta.shuffle_lower_delta(0.0, 10, 1.0), ("noise=0.0", "> 0"), id="training_audit.shuffle-lower-noise0"),
+    pytest.param(lambda: ta.worst_case_problem(steps=1, noise=1.0, batch_size=1), ("steps=1", "batch_size=1", "at least 2 examples"), id="training_audit.worst-case-one-example"),
+    pytest.param(lambda: ta.build_problem(data="worst-case", sampler="shuffle", bug="no-clip"), ("bug='no-clip'", "data='worst-case'"), id="training_audit.worst-case-with-a-bug"),
 ]  # fmt: skip
 
 
@@ -336,6 +341,10 @@ CLI_CASES = [
     (
         ("calibrate", "--mechanism", "gaussian", "--divergence", "kl", "--target", "0"),
         ("target=0.0", "> 0"),
+    ),
+    (
+        ("audit-training", "--data", "worst-case", "--sampler", "fixed", "--batch-size", "4"),
+        ("sampler='fixed'", "'shuffle', 'poisson'"),
     ),
 ]
 CLI_OPTION_CASES = [

@@ -16,7 +16,8 @@ For each setting: the Poisson accountant's eps at delta = 1e-5 (dp_accounting's 
 bound on the shuffled run's eps, and our audit's certified empirical eps (95 %, delta = 1e-5) with its
 verdict, for shuffle and for the Poisson control.
 
-Usage: python benchmarks/shuffle_finding.py [--runs 100000] [--settings "100,0.8" ...] [--out FILE]
+Usage: python benchmarks/shuffle_finding.py [--runs 100000] [--settings "100,0.8" "100,0.8,4" ...]
+       [--out FILE]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
 from cbdp_jax._src.accounting import dpsgd_epsilon  # noqa: E402
+from cbdp_jax.audit import parse_claim  # noqa: E402
 from cbdp_jax.training_audit import (  # noqa: E402
     TrainingProblem,
     audit_training,
@@ -43,13 +45,15 @@ from cbdp_jax.training_audit import (  # noqa: E402
 DELTA = 1e-5
 
 
-def worst_case(steps: int, noise: float, batch: int, sampler: str) -> TrainingProblem:
-    return worst_case_problem(steps=steps, noise=noise, batch_size=batch, sampler=sampler)
+def worst_case(steps: int, noise: float, batch: int, sampler: str, epochs: int) -> TrainingProblem:
+    return worst_case_problem(
+        steps=steps, noise=noise, batch_size=batch, sampler=sampler, epochs=epochs
+    )
 
 
 def audit_one(key, prob: TrainingProblem, runs: int) -> dict:
     claim = default_claim(prob, DELTA)
-    eps_claim = dpsgd_epsilon(prob.noise_multiplier, 1.0 / prob.steps, prob.steps, DELTA)
+    eps_claim = parse_claim(claim).epsilon
     config = training_audit_config(eps_claim, samples=runs)
     t0 = time.perf_counter()
     res = audit_training(key, prob, claim, config=config)
@@ -68,8 +72,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100_000, help="training runs per side")
     ap.add_argument("--batch", type=int, default=4, help="batch size b (n + 1 = T b)")
     ap.add_argument(
-        "--settings", nargs="+", default=["100,0.8", "100,0.6", "1000,0.8"],
-        help="T,S pairs: steps of the one epoch, noise multiplier",
+        "--settings", nargs="+", default=["100,0.8", "100,0.6", "1000,0.8", "1000,1.0", "100,0.8,2", "100,0.8,4"],
+        help="T,S or T,S,E: batches per epoch, noise multiplier, epochs (default 1; a fresh shuffle each)",
     )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -77,21 +81,24 @@ def main() -> None:
     key = jax.random.key(args.seed)
     rows = []
     for i, text in enumerate(args.settings):
-        steps, noise = int(text.split(",")[0]), float(text.split(",")[1])
+        parts = text.split(",")
+        steps, noise = int(parts[0]), float(parts[1])
+        epochs = int(parts[2]) if len(parts) > 2 else 1
         k_shuffle, k_poisson = jax.random.split(jax.random.fold_in(key, i))
         row = {
-            "steps": steps, "noise": noise, "batch": args.batch, "runs_per_side": args.runs,
-            "poisson_accountant_epsilon": dpsgd_epsilon(noise, 1.0 / steps, steps, DELTA),
-            "shuffle_lower_epsilon": shuffle_lower_epsilon(noise, steps, DELTA),
-            "shuffle": audit_one(k_shuffle, worst_case(steps, noise, args.batch, "shuffle"), args.runs),
+            "steps": steps, "epochs": epochs, "noise": noise, "batch": args.batch,
+            "runs_per_side": args.runs,
+            "poisson_accountant_epsilon": dpsgd_epsilon(noise, 1.0 / steps, steps * epochs, DELTA),
+            "shuffle_lower_epsilon": shuffle_lower_epsilon(noise, steps, DELTA, epochs=epochs),
+            "shuffle": audit_one(k_shuffle, worst_case(steps, noise, args.batch, "shuffle", epochs), args.runs),
             "poisson_control": audit_one(
-                k_poisson, worst_case(steps, noise, args.batch, "poisson"), args.runs
+                k_poisson, worst_case(steps, noise, args.batch, "poisson", epochs), args.runs
             ),
         }  # fmt: skip
         rows.append(row)
         print(
-            f"T={steps} S={noise:g}: Poisson accountant eps {row['poisson_accountant_epsilon']:.3f}; "
-            f"shuffled run's eps >= {row['shuffle_lower_epsilon']:.3f} (cube sets); audit "
+            f"T={steps} x {epochs} epochs, S={noise:g}: Poisson accountant eps {row['poisson_accountant_epsilon']:.3f}; "
+            f"shuffled run's eps >= {row['shuffle_lower_epsilon']:.3f} (lower bound); audit "
             f"certifies {row['shuffle']['certified_epsilon']:.3f} "
             f"(violation: {row['shuffle']['violation']}, {row['shuffle']['seconds']:.0f} s); "
             f"Poisson control {row['poisson_control']['certified_epsilon']:.3f} "

@@ -261,15 +261,18 @@ def test_each_planted_bug_is_certified_in_19_of_20_audits(bug):
 
 
 @pytest.mark.parametrize("present", [1.0, 0.0])
-def test_the_worst_case_data_release_the_papers_coordinates(present):
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_the_worst_case_data_release_the_papers_coordinates(present, epochs):
     # Almost no noise (S = 1e-4): every step's canary coordinate is -b (b clipped gradients of -C),
-    # except the canary's one step, which is -b + 2 with the canary in and -b + 1 with it zeroed: the
-    # MoG(2) / MoG(1) of the lower bound, shifted by -b. A clip that did not bind (the data's
-    # gradient below C) or a learning rate that moved w x off 0 would show as other values.
-    problem = ta.worst_case_problem(steps=6, noise=1e-4, batch_size=4)
+    # except the canary's one step of each epoch, which is -b + 2 with the canary in and -b + 1 with
+    # it zeroed: the MoG(2) / MoG(1) of the lower bound, shifted by -b, once per epoch. A clip that
+    # did not bind (the data's gradient below C) or a learning rate that moved w x off 0 would show
+    # as other values.
+    problem = ta.worst_case_problem(steps=6, noise=1e-4, batch_size=4, epochs=epochs)
     run = jax.jit(ta.make_run(problem, ta.prepare(problem)))
-    z = np.asarray(run(jax.random.key(3), jnp.float32(present)).z)
-    np.testing.assert_allclose(np.sort(z + 4.0), [0, 0, 0, 0, 0, 1 + present], atol=1e-3)
+    z = np.asarray(run(jax.random.key(3), jnp.float32(present)).z).reshape(epochs, 6)
+    for epoch in z:
+        np.testing.assert_allclose(np.sort(epoch + 4.0), [0, 0, 0, 0, 0, 1 + present], atol=1e-3)
 
 
 @pytest.mark.slow

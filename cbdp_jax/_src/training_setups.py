@@ -84,19 +84,22 @@ class SingleWeight(nnx.Module):
 
 
 def worst_case_problem(
-    *, steps: int, noise: float, batch_size: int = 4, sampler: str = "shuffle", clip: float = 1.0
-) -> TrainingProblem:
-    """One epoch of DP-SGD on the shuffled-batch worst case (Chua et al. 2024), as real training.
+    *, steps: int, noise: float, batch_size: int = 4, sampler: str = "shuffle", clip: float = 1.0,
+    epochs: int = 1,
+) -> TrainingProblem:  # fmt: skip
+    """DP-SGD on the shuffled-batch worst case (Chua et al. 2024), as real training.
 
     ``steps * batch_size - 1`` examples with the one feature 1000 and label 1 train
     :class:`SingleWeight`: each example's gradient along w is -1000 (1 - sigmoid(w x)), far beyond the
     clipping norm, so every clipped gradient is -``clip`` along w (the learning rate 1e-6 keeps w x near
     0 for the whole epoch). The gradient canary is +``clip`` along w, so the T released coordinates
-    are those of :mod:`~cbdp_jax._src.shuffle_lower_bound`. ``sampler`` is ``'shuffle'`` (T batches of
-    ``batch_size``, each example in exactly one) or ``'poisson'`` at q = 1 / T (the control: then a
-    zeroed canary leaves no trace and the Poisson accountant's claim holds).
+    are those of :mod:`~cbdp_jax._src.shuffle_lower_bound`. ``sampler`` is ``'shuffle'`` (T = ``steps``
+    batches of ``batch_size`` an epoch, each example in exactly one, a fresh shuffle each of
+    ``epochs`` epochs) or ``'poisson'`` at q = 1 / T for as many steps (the control: then a zeroed
+    canary leaves no trace and the Poisson accountant's claim holds).
     """
     check_int_at_least("steps", steps, 1)
+    check_int_at_least("epochs", epochs, 1)
     check_int_at_least("batch_size", batch_size, 1)
     check_choice("sampler", sampler, ("shuffle", "poisson"))
     n = steps * batch_size - 1
@@ -114,9 +117,9 @@ def worst_case_problem(
         expected_batch_size=batches.expected_batch(n + 1),
     )  # fmt: skip
     return TrainingProblem(
-        model=SingleWeight(), data=(x, y), step=step, sampler=batches, steps=steps,
+        model=SingleWeight(), data=(x, y), step=step, sampler=batches, steps=steps * epochs,
         canary=Canary(kind="gradient", norm=clip, coordinate=0), noise_multiplier=noise,
-        name=f"dp-sgd worst case, {sampler}, T={steps}, S={noise:g}",
+        name=f"dp-sgd worst case, {sampler}, T={steps}{f' x {epochs} epochs' if epochs > 1 else ''}, S={noise:g}",
     )  # fmt: skip
 
 

@@ -105,7 +105,8 @@ def test_one_epoch_by_composition_agrees_with_the_sets_and_stays_below(noise, st
     from cbdp_jax._src import shuffle_lower_bound as slb
 
     eps = np.array([0.5, 1.0, 2.0])
-    composed = slb._composed_deltas(noise, steps, 1, eps)
+    losses = slb._composed_losses(noise, steps, 1)
+    composed = np.array([slb._composed_delta(losses, e) for e in eps])
     sets = np.array([shuffle_lower_delta(noise, steps, e) for e in eps])
     np.testing.assert_allclose(composed, sets, rtol=5e-3)
 
@@ -147,3 +148,25 @@ def test_several_epochs_match_a_monte_carlo_of_the_composed_maxima():
     threshold_tv = ((p[:, None] > caps).mean(0) - (q[:, None] > caps).mean(0)).max()
     composed = shuffle_lower_delta(noise, steps, 0.0, epochs=2)
     assert threshold_tv - 6 * 1.6e-3 <= composed <= 1.0
+
+
+def _gaussian_epsilon(sigma: float, delta: float) -> float:
+    """The eps at which the Gaussian mechanism's exact curve reaches delta (bisection)."""
+    lo, hi = 0.0, 200.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _gaussian_delta(sigma, mid) >= delta else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("epochs", [2, 3, 4, 7, 50])
+def test_the_epsilon_of_several_epochs_stays_below_no_amplification(epochs):
+    # The whole curve, not just small eps: an E-fold composition that put spurious mass at large
+    # losses (an inverse FFT of the wrong length once gave 166.7 for E = 4) would exceed the eps of E
+    # unamplified Gaussian steps (one of noise S / sqrt(E)) at delta = 1e-5.
+    got = shuffle_lower_epsilon(0.8, 100, 1e-5, epochs=epochs)
+    assert (
+        shuffle_lower_epsilon(0.8, 100, 1e-5)
+        < got
+        <= _gaussian_epsilon(0.8 / math.sqrt(epochs), 1e-5)
+    )

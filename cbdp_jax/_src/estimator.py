@@ -615,9 +615,9 @@ def _critic_multiplier(prob: _Problem, crit_p, crit_q, confidence: float) -> flo
         prob.divergence, crit_p, crit_q, _MULTIPLIERS, n_test=min(prob.n_test),
         confidence=confidence, method=_method(prob.config), grid=_MULTIPLIER_GRID,
     )  # fmt: skip
-    best = (-math.inf, 1.0)
+    best = (-math.inf, 1.0)  # choose_bounds gives -inf for a prediction that is not finite
     for t, (*_, score) in zip(_MULTIPLIERS, found, strict=True):
-        best = max(best, (score if math.isfinite(score) else -math.inf, t))
+        best = max(best, (score, t))
     return best[1]
 
 

@@ -47,16 +47,14 @@ from cbdp_jax._src.validation import check_in_range, check_int_at_least, check_p
 _CAPS = np.arange(-10.0, 80.0, 0.002)
 
 
-def _log_below(noise: float, steps: int, mean: float) -> np.ndarray:
-    """Log P(max_t x_t <= c) under MoG(mean), for every c of the grid."""
-    return stats.norm.logcdf((_CAPS - mean) / noise) + (steps - 1) * stats.norm.logcdf(
-        _CAPS / noise
-    )
+def _log_below(noise: float, steps: int, mean: float, c: np.ndarray) -> np.ndarray:
+    """Log P(max_t x_t <= c) under MoG(mean), for every c given."""
+    return stats.norm.logcdf((c - mean) / noise) + (steps - 1) * stats.norm.logcdf(c / noise)
 
 
 def _masses(noise: float, steps: int) -> tuple[np.ndarray, ...]:
     """(P above, Q above, P below, Q below) of every set {max_t x_t > c} / {<= c}."""
-    log_p, log_q = _log_below(noise, steps, 2.0), _log_below(noise, steps, 1.0)
+    log_p, log_q = (_log_below(noise, steps, m, _CAPS) for m in (2.0, 1.0))
     return -np.expm1(log_p), -np.expm1(log_q), np.exp(log_p), np.exp(log_q)
 
 
@@ -71,9 +69,7 @@ def _bin_masses(noise: float, steps: int, mean: float) -> np.ndarray:
     Below the median, differences of the CDF; above it, of the survival function (expm1 of the log
     CDF), so that the upper tail keeps its relative precision.
     """
-    log_f = stats.norm.logcdf((_EDGES - mean) / noise) + (steps - 1) * stats.norm.logcdf(
-        _EDGES / noise
-    )
+    log_f = _log_below(noise, steps, mean, _EDGES)
     f, surv = np.exp(log_f), -np.expm1(log_f)
     lower = np.diff(f, prepend=0.0, append=1.0)
     upper = -np.diff(surv, prepend=1.0, append=0.0)
@@ -128,6 +124,19 @@ def _delta(masses: tuple[np.ndarray, ...], eps: float) -> float:
     return max(float(np.max(p_up - scale * q_up)), float(np.max(q_in - scale * p_in)), 0.0)
 
 
+def _delta_curve(noise: float, steps: int, epochs: int):
+    """``(delta(eps) function, eps tolerance of the inversion)`` of the lower bound, inputs checked."""
+    check_positive("noise", noise)
+    check_int_at_least("steps", steps, 1)
+    check_int_at_least("epochs", epochs, 1)
+    noise, steps, epochs = float(noise), int(steps), int(epochs)
+    if epochs == 1:
+        masses = _masses(noise, steps)
+        return (lambda eps: _delta(masses, eps)), 1e-6
+    composed = _composed_losses(noise, steps, epochs)
+    return (lambda eps: _composed_delta(composed, eps)), 1e-4
+
+
 def shuffle_lower_delta(noise: float, steps: int, eps: float, *, epochs: int = 1) -> float:
     """A lower bound on delta(eps) of shuffled DP-SGD (T batches an epoch) on the worst-case data set.
 
@@ -144,13 +153,9 @@ def shuffle_lower_delta(noise: float, steps: int, eps: float, *, epochs: int = 1
       InvalidParameterError: For a parameter outside its range.
 
     """
-    check_positive("noise", noise)
-    check_int_at_least("steps", steps, 1)
-    check_int_at_least("epochs", epochs, 1)
     check_in_range("eps", eps, 0.0, math.inf)
-    if epochs == 1:
-        return _delta(_masses(float(noise), int(steps)), float(eps))
-    return _composed_delta(_composed_losses(float(noise), int(steps), int(epochs)), float(eps))
+    at, _ = _delta_curve(noise, steps, epochs)
+    return at(float(eps))
 
 
 def shuffle_lower_epsilon(noise: float, steps: int, delta: float, *, epochs: int = 1) -> float:
@@ -165,18 +170,8 @@ def shuffle_lower_epsilon(noise: float, steps: int, delta: float, *, epochs: int
       5.62
 
     """
-    check_positive("noise", noise)
-    check_int_at_least("steps", steps, 1)
-    check_int_at_least("epochs", epochs, 1)
     check_in_range("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-    if epochs == 1:
-        masses = _masses(float(noise), int(steps))
-        at = lambda e: _delta(masses, e)  # noqa: E731
-        tol = 1e-6
-    else:
-        composed = _composed_losses(float(noise), int(steps), int(epochs))
-        at = lambda e: _composed_delta(composed, e)  # noqa: E731
-        tol = 1e-4
+    at, tol = _delta_curve(noise, steps, epochs)
     if at(0.0) < delta:
         return 0.0
     lo, hi = 0.0, 1.0

@@ -239,3 +239,21 @@ def test_auto_certifies_the_mean_v2_violation_at_dp_auditorium_sizes():
             res = estimate_from_samples(jax.random.key(seed), p, q, config=cfg, **kw)
             wins[kind] += res.lower_bound > CLAIM
     assert wins["auto"] >= 2 and wins["standard"] == 0, wins
+
+
+def test_rank_map_counts_exactly_as_a_search_in_all_training_values():
+    # The fitted rank map keeps the distinct levels and their counts, and finds each value with one
+    # search; the mid-rank must be exactly (#{train < g} + #{train <= g}) / 2n counted over all n pooled
+    # training values (ties, values between levels, and beyond both ends included).
+    rng = np.random.default_rng(5)
+    atoms = rng.choice([-3.0, 0.0, 0.5, 7.0], (600, 2))
+    train = np.where(rng.random((600, 2)) < 0.5, atoms, rng.standard_cauchy((600, 2)))
+    imap = input_maps.fit("rank", train[:250], train[250:])
+    query = np.concatenate([train[:40], rng.standard_cauchy((200, 2)) * 5, [[-1e9, 1e9]]])
+    g_train, g_query = imap.grid(train), imap.grid(query)
+    for j in range(2):
+        knots = np.sort(g_train[:, j])
+        want = (np.searchsorted(knots, g_query[:, j], "left")
+                + np.searchsorted(knots, g_query[:, j], "right")) / (2.0 * knots.size)  # fmt: skip
+        np.testing.assert_array_equal(imap(query)[:, j], want)
+    assert imap.levels[0].size < 600  # the atoms are one level each

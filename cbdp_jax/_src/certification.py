@@ -478,7 +478,7 @@ def _best_bound(div, h_p, h_q, candidates, n_test, confidence, method, fixed):
 
 
 # Candidates scored together: at most this many validation terms per array (32 MiB of float64).
-_ROWS_BUDGET = 1 << 22
+_ROWS_BUDGET = 1 << 20
 
 
 def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):

@@ -1096,10 +1096,14 @@ def _fitted_maps(config: EstimatorConfig, train_p, train_q) -> tuple[list, str]:
 def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) -> tuple[list, str]:
     """Per candidate input map, ``(map, mapped P parts, mapped Q parts)``; and why these maps.
 
-    Each map is fitted on the pooled training parts only and applied to all three parts.
+    Each map is fitted on the pooled training parts only and applied to all three parts; the maps
+    and sides are applied in threads (NumPy releases the GIL in the rank map's search), the same
+    arrays as one after the other.
     """
     maps, why = _fitted_maps(config, p_host[0], q_host[0])
-    return [(m, _on_device(m, p_host, config), _on_device(m, q_host, config)) for m in maps], why
+    jobs = [(m, parts, config) for m in maps for parts in (p_host, q_host)]
+    done = threads.map_concurrently(_on_device, jobs)
+    return [(m, done[2 * i], done[2 * i + 1]) for i, m in enumerate(maps)], why
 
 
 def _on_device(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig) -> tuple:

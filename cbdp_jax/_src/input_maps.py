@@ -57,14 +57,17 @@ class InputMap:
       kind: ``'standard'`` (identity), ``'robust'`` or ``'rank'``.
       centre: ``'robust'``: the per-coordinate median ``[d]``.
       spread: ``'robust'``: the per-coordinate robust scale ``[d]`` (positive).
-      knots: ``'rank'``: per coordinate, the sorted pooled training values.
+      levels: ``'rank'``: per coordinate, the distinct pooled training values on the tie grid, sorted.
+      below: ``'rank'``: per coordinate, how many pooled training values lie below each level, then
+        their total (one more entry than ``levels``).
 
     """
 
     kind: str
     centre: np.ndarray | None = None
     spread: np.ndarray | None = None
-    knots: tuple[np.ndarray, ...] = ()
+    levels: tuple[np.ndarray, ...] = ()
+    below: tuple[np.ndarray, ...] = ()
 
     @property
     def label(self) -> str:
@@ -80,9 +83,8 @@ class InputMap:
             return np.arcsinh((x - self.centre) / self.spread)
         g = self.grid(x)
         cols = [
-            (np.searchsorted(k, g[:, j], "left") + np.searchsorted(k, g[:, j], "right"))
-            / (2.0 * k.size)
-            for j, k in enumerate(self.knots)
+            _mid_ranks(levels, below, g[:, j]) / (2.0 * below[-1])
+            for j, (levels, below) in enumerate(zip(self.levels, self.below, strict=True))
         ]
         return np.stack(cols, axis=1)
 
@@ -92,6 +94,14 @@ class InputMap:
 
 
 IDENTITY = InputMap(kind="standard")
+
+
+def _mid_ranks(levels: np.ndarray, below: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """#{train < g} + #{train <= g} for each value of ``g``, by one search among the distinct levels."""
+    i = np.searchsorted(levels, g, "left")
+    at = np.minimum(i, levels.size - 1)
+    tied = (i < levels.size) & (levels[at] == g)
+    return below[i] + np.where(tied, below[at + 1], below[i])
 
 
 def robust_scale(x: np.ndarray) -> np.ndarray:
@@ -124,8 +134,12 @@ def fit(kind: str, train_p: np.ndarray, train_q: np.ndarray) -> InputMap:
     if kind == "rank":
         base = InputMap(kind="rank", centre=np.median(pooled, axis=0), spread=robust_scale(pooled))
         g = base.grid(pooled)
-        knots = tuple(np.sort(g[:, j]) for j in range(g.shape[1]))
-        return dataclasses.replace(base, knots=knots)
+        counted = [np.unique(g[:, j], return_counts=True) for j in range(g.shape[1])]
+        return dataclasses.replace(
+            base,
+            levels=tuple(levels for levels, _ in counted),
+            below=tuple(np.concatenate([[0], np.cumsum(counts)]) for _, counts in counted),
+        )
     raise ValueError(f"kind={kind!r} is invalid: must be one of {INPUT_MAPS}")
 
 

@@ -95,10 +95,23 @@ def of_host(x, axis: int | None = None) -> Moments:
         are bit for bit those of the row alone); None: the whole of ``x`` flattened.
 
     """
-    x = np.asarray(x, np.float64)
+    x = np.ascontiguousarray(x, np.float64)
     if axis is None:
         x, axis = x.ravel(), -1
-    return _reduced(np, x, np.ones(x.shape, bool), axis)
+    # _reduced with an all-true mask, without its masking passes: each ``where`` of a true mask is a
+    # contiguous copy of ``x``, so the sums, minimum and maximum below are bit for bit its fields.
+    n = x.shape[axis]
+    total = np.sum(x, axis=axis)
+    count = np.full(np.shape(total), n, np.float64)[()]
+    mean = total / np.maximum(count, 1)
+    centred = x - np.expand_dims(mean, axis)
+    return Moments(
+        count,
+        mean,
+        np.sum(centred * centred, axis=axis),
+        np.min(x, axis=axis, initial=np.inf),
+        np.max(x, axis=axis, initial=-np.inf),
+    )
 
 
 def _reduced(xp, x, mask, axis: int) -> Moments:

@@ -257,3 +257,45 @@ def test_rank_map_counts_exactly_as_a_search_in_all_training_values():
                 + np.searchsorted(knots, g_query[:, j], "right")) / (2.0 * knots.size)  # fmt: skip
         np.testing.assert_array_equal(imap(query)[:, j], want)
     assert imap.levels[0].size < 600  # the atoms are one level each
+
+
+def test_rank_map_adds_indicators_of_the_heaviest_atoms_and_nothing_without_atoms():
+    # Atoms of 30 %, 10 % and 2 % of the pooled training samples get indicators, heaviest first; one of
+    # 0.2 % (below MIN_ATOM_SHARE) does not, and its slot is NaN (an indicator that is always 0). A value
+    # within the tie resolution of an atom counts as the atom; a value between levels as none.
+    rng = np.random.default_rng(7)
+    n = 4000
+    share = rng.random(n)
+    x = np.where(share < 0.30, 0.0, np.where(share < 0.40, 0.5, np.where(share < 0.42, 7.0,
+                 np.where(share < 0.422, 3.0, rng.standard_cauchy(n)))))  # fmt: skip
+    imap = input_maps.fit("rank", x[: n // 2, None], x[n // 2 :, None])
+    levels = imap.grid(np.array([[0.0], [0.5], [7.0]]))[:, 0]
+    np.testing.assert_array_equal(imap.atoms[0][:3], levels)
+    assert np.isnan(imap.atoms[0][3]) and imap.label == "(ecdf(x), 1{x=atom})"
+    query = np.array([[0.0], [1e-13], [0.5], [7.0], [3.0], [0.25], [-1e6]])
+    out = imap(query)
+    assert out.shape == (7, 1 + input_maps.ATOM_FEATURES)
+    np.testing.assert_array_equal(out[:, 0], imap(query)[:, 0])  # the ranks come first, unchanged
+    want = np.zeros((7, input_maps.ATOM_FEATURES))
+    want[[0, 1], 0] = want[2, 1] = want[3, 2] = 1.0
+    np.testing.assert_array_equal(out[:, 1:], want)
+    # Negative control: a continuous sample has no atom, and the map is the ranks alone.
+    cauchy = rng.standard_cauchy((n, 2))
+    plain = input_maps.fit("rank", cauchy[: n // 2], cauchy[n // 2 :])
+    assert plain.atoms == () and plain.label == "ecdf(x)" and plain(cauchy).shape == (n, 2)
+
+
+def test_atom_indicators_are_per_coordinate_with_a_fixed_number_of_slots():
+    # Two coordinates, atoms in the second only: every coordinate gets ATOM_FEATURES slots (the mapped
+    # dimension never depends on the data's atoms, so one compiled program serves every such sample).
+    rng = np.random.default_rng(8)
+    x = np.stack(
+        [rng.standard_cauchy(3000), np.where(rng.random(3000) < 0.2, 1.0, rng.normal(size=3000))], 1
+    )
+    imap = input_maps.fit("rank", x[:1500], x[1500:])
+    assert np.isnan(imap.atoms[0]).all() and np.isfinite(imap.atoms[1][0])
+    out = imap(x)
+    k = input_maps.ATOM_FEATURES
+    assert out.shape == (3000, 2 * (1 + k))
+    np.testing.assert_array_equal(out[:, 2 : 2 + k], 0.0)
+    np.testing.assert_array_equal(out[:, 2 + k], (x[:, 1] == 1.0).astype(float))

@@ -1034,13 +1034,14 @@ def estimate_from_samples(
     kp, kq = jax.random.split(k_perm)
     p_host = _split("p_samples", p, kp, config)
     q_host = _split("q_samples", q, kq, config)
-    trainer = _trainer(spec, div, p.shape[1], config)
     mapped, map_choice = _mapped_candidates(config, p_host, q_host)
 
     def one_problem(imap, p_parts, q_parts, swap: bool) -> _Problem:
         a, b = (p_parts, q_parts) if not swap else (q_parts, p_parts)
+        dim = a[0].shape[1]  # the mapped dimension (the rank map adds atom indicators)
         return _Problem(
-            spec=spec, divergence=div, trainer=trainer, config=config, dim=p.shape[1],
+            spec=spec, divergence=div, trainer=_trainer(spec, div, dim, config), config=config,
+            dim=dim,
             train=(a[0], b[0]), val=(a[1], b[1]),
             test_chunks=lambda: (
                 array_chunks(a[2], config.eval_chunk), array_chunks(b[2], config.eval_chunk)
@@ -1129,7 +1130,7 @@ def _mechanism_problem(
         divergence=div,
         trainer=trainer,
         config=config,
-        dim=pair.dim,
+        dim=va[0].shape[1],
         train=None if fresh_samples else tr,
         val=va,
         test_chunks=lambda: (
@@ -1347,7 +1348,6 @@ def estimate(
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     spec, domain_note = kl_domain_reduction(pair.mechanism, named, div.name)
     dtype = jnp.dtype(config.dtype)
-    trainer = _trainer(spec, div, pair.dim, config)
     k_train, k_val, k_test, k_fit = keys.split(key, num=4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
@@ -1359,7 +1359,8 @@ def estimate(
     def make_problem(swap: bool) -> list[_Problem]:
         return [
             _mechanism_problem(
-                pair, swap, spec=spec, div=div, trainer=trainer, config=config, train=tr, val=va,
+                pair, swap, spec=spec, div=div, trainer=_trainer(spec, div, va[0].shape[1], config),
+                config=config, train=tr, val=va,
                 k_test=k_test, test_samples=test_samples, fresh_samples=fresh_samples,
                 named_class=named.label, input_map=imap,
             )

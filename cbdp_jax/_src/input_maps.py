@@ -11,7 +11,11 @@ beside heavy tails, e.g. a mean released with a noise scale that divides by a no
   bulk, logarithmic in the tails.
 - ``'rank'``: the mid-rank empirical CDF of the pooled training samples, coordinatewise, in [0, 1]:
   u = (#{train < x} + #{train <= x}) / (2 n). An atom holding a share w of the training samples becomes
-  one level, w wide away from its neighbours, whatever the size of the outliers.
+  one level, w wide away from its neighbours, whatever the size of the outliers. Where the training
+  samples have atoms (levels holding at least :data:`MIN_ATOM_SHARE` of them), the map also gives, per
+  coordinate, the indicators 1{x = a_k} of its :data:`ATOM_FEATURES` heaviest atoms (unused slots are
+  0): a critic then isolates an atom with one weight, where on u alone it must grow a narrow spike
+  between two gaps, which a short training often leaves low and wide.
 
 Once fitted, T is a fixed measurable function, so h o T is one fixed critic and every held-out bound of
 docs/theory/bounds.md holds for it as it does for h: it bounds D^{H o T} and the unrestricted
@@ -45,6 +49,11 @@ MIN_DISTINCT_SHARE = 0.01
 # The rank map counts values closer than this many robust-scale units as tied: an atom blurred by
 # rounding-level noise (a scale clamped at 1e-12) is one level, not a spread of ranks.
 TIE_RESOLUTION = 1e-6
+# The rank map's atom indicators: this many per coordinate (a fixed number, so that the mapped
+# dimension, and with it the compiled training program, does not depend on how many atoms the data
+# have), for levels holding at least this share of the pooled training samples.
+ATOM_FEATURES = 4
+MIN_ATOM_SHARE = 0.005
 _IQR_TO_SIGMA = 1.349  # the interquartile range of N(0, 1)
 _MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4)
 
@@ -60,6 +69,9 @@ class InputMap:
       levels: ``'rank'``: per coordinate, the distinct pooled training values on the tie grid, sorted.
       below: ``'rank'``: per coordinate, how many pooled training values lie below each level, then
         their total (one more entry than ``levels``).
+      atoms: ``'rank'``: per coordinate, the :data:`ATOM_FEATURES` levels whose indicators follow the
+        ranks (heaviest first, NaN for an unused slot, whose indicator is 0); empty when the training
+        samples have no atom in any coordinate (the map is then the ranks alone).
 
     """
 
@@ -68,14 +80,21 @@ class InputMap:
     spread: np.ndarray | None = None
     levels: tuple[np.ndarray, ...] = ()
     below: tuple[np.ndarray, ...] = ()
+    atoms: tuple[np.ndarray, ...] = ()
 
     @property
     def label(self) -> str:
         """How the map reads in a class label: ``'x'``, ``'asinh((x-med)/s)'`` or ``'ecdf(x)'``."""
+        if self.kind == "rank" and self.atoms:
+            return "(ecdf(x), 1{x=atom})"
         return {"standard": "x", "robust": "asinh((x-med)/s)", "rank": "ecdf(x)"}[self.kind]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """The map applied to ``x`` ``[n, d]`` (float64 out; the identity returns ``x`` itself)."""
+        """The map applied to ``x`` ``[n, d]`` (float64 out; the identity returns ``x`` itself).
+
+        ``'rank'`` with atoms gives ``[n, d (1 + ATOM_FEATURES)]``: the d ranks, then each coordinate's
+        atom indicators.
+        """
         if self.kind == "standard":
             return x
         x = np.asarray(x, np.float64)
@@ -86,6 +105,9 @@ class InputMap:
             _mid_ranks(levels, below, g[:, j]) / (2.0 * below[-1])
             for j, (levels, below) in enumerate(zip(self.levels, self.below, strict=True))
         ]
+        cols += [
+            (g[:, j] == a).astype(np.float64) for j, atoms in enumerate(self.atoms) for a in atoms
+        ]
         return np.stack(cols, axis=1)
 
     def grid(self, x: np.ndarray) -> np.ndarray:
@@ -94,6 +116,13 @@ class InputMap:
 
 
 IDENTITY = InputMap(kind="standard")
+
+
+def _heaviest_atoms(levels: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
+    """The :data:`ATOM_FEATURES` heaviest levels holding >= :data:`MIN_ATOM_SHARE` of n, NaN-padded."""
+    order = np.argsort(-counts, kind="stable")[:ATOM_FEATURES]
+    heavy = levels[order][counts[order] >= MIN_ATOM_SHARE * n]
+    return np.concatenate([heavy, np.full(ATOM_FEATURES - heavy.size, np.nan)])
 
 
 def _mid_ranks(levels: np.ndarray, below: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -135,10 +164,12 @@ def fit(kind: str, train_p: np.ndarray, train_q: np.ndarray) -> InputMap:
         base = InputMap(kind="rank", centre=np.median(pooled, axis=0), spread=robust_scale(pooled))
         g = base.grid(pooled)
         counted = [np.unique(g[:, j], return_counts=True) for j in range(g.shape[1])]
+        atoms = tuple(_heaviest_atoms(levels, counts, len(pooled)) for levels, counts in counted)
         return dataclasses.replace(
             base,
             levels=tuple(levels for levels, _ in counted),
             below=tuple(np.concatenate([[0], np.cumsum(counts)]) for _, counts in counted),
+            atoms=atoms if any(np.isfinite(a).any() for a in atoms) else (),
         )
     raise ValueError(f"kind={kind!r} is invalid: must be one of {INPUT_MAPS}")
 

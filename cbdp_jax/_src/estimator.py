@@ -1103,7 +1103,9 @@ def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) ->
     """
     maps, why = _fitted_maps(config, p_host[0], q_host[0])
     jobs = [(m, parts, config) for m in maps for parts in (p_host, q_host)]
-    done = threads.map_concurrently(_on_device, jobs)
+    # The identity alone (ordinary samples) is two array copies: no threads for them.
+    mapping = any(m.kind != "standard" for m in maps)
+    done = threads.map_concurrently(_on_device, jobs, concurrent=mapping)
     return [(m, done[2 * i], done[2 * i + 1]) for i, m in enumerate(maps)], why
 
 
@@ -1114,7 +1116,7 @@ def _on_device(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig)
 
 
 def _mechanism_problem(
-    pair, swap: bool, *, spec, div, trainer, config, train, val, k_test, test_samples: int,
+    pair, swap: bool, *, spec, div, config, train, val, k_test, test_samples: int,
     fresh_samples: bool, named_class: str, input_map: tuple = (input_maps.IDENTITY, "asked for"),
 ) -> _Problem:  # fmt: skip
     """One direction of a mechanism estimate: drawn training / validation samples, streamed tests."""
@@ -1125,12 +1127,13 @@ def _mechanism_problem(
     kp, kq = keys.split(keys.fold_in(k_test, int(swap)))
     chunk = config.eval_chunk
     imap, choice = input_map
+    dim = va[0].shape[1]  # the mapped dimension (the rank map adds atom indicators)
     return _Problem(
         spec=spec,
         divergence=div,
-        trainer=trainer,
+        trainer=_trainer(spec, div, dim, config),
         config=config,
-        dim=va[0].shape[1],
+        dim=dim,
         train=None if fresh_samples else tr,
         val=va,
         test_chunks=lambda: (
@@ -1359,8 +1362,7 @@ def estimate(
     def make_problem(swap: bool) -> list[_Problem]:
         return [
             _mechanism_problem(
-                pair, swap, spec=spec, div=div, trainer=_trainer(spec, div, va[0].shape[1], config),
-                config=config, train=tr, val=va,
+                pair, swap, spec=spec, div=div, config=config, train=tr, val=va,
                 k_test=k_test, test_samples=test_samples, fresh_samples=fresh_samples,
                 named_class=named.label, input_map=imap,
             )

@@ -84,7 +84,7 @@ class InputMap:
 
     @property
     def label(self) -> str:
-        """How the map reads in a class label: ``'x'``, ``'asinh((x-med)/s)'`` or ``'ecdf(x)'``."""
+        """How the map reads in a class label (``'(ecdf(x), 1{x=atom})'`` for ranks with indicators)."""
         if self.kind == "rank" and self.atoms:
             return "(ecdf(x), 1{x=atom})"
         return {"standard": "x", "robust": "asinh((x-med)/s)", "rank": "ecdf(x)"}[self.kind]

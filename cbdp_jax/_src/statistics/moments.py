@@ -98,35 +98,31 @@ def of_host(x, axis: int | None = None) -> Moments:
     x = np.ascontiguousarray(x, np.float64)
     if axis is None:
         x, axis = x.ravel(), -1
-    # _reduced with an all-true mask, without its masking passes: each ``where`` of a true mask is a
-    # contiguous copy of ``x``, so the sums, minimum and maximum below are bit for bit its fields.
-    n = x.shape[axis]
-    total = np.sum(x, axis=axis)
-    count = np.full(np.shape(total), n, np.float64)[()]
-    mean = total / np.maximum(count, 1)
-    centred = x - np.expand_dims(mean, axis)
-    return Moments(
-        count,
-        mean,
-        np.sum(centred * centred, axis=axis),
-        np.min(x, axis=axis, initial=np.inf),
-        np.max(x, axis=axis, initial=-np.inf),
-    )
+    return _reduced(np, x, None, axis)
 
 
 def _reduced(xp, x, mask, axis: int) -> Moments:
-    """The fields of :class:`Moments` along ``axis`` in ``xp`` (jax.numpy, traceable; or NumPy)."""
-    count = xp.sum(mask, axis=axis).astype(x.dtype)
-    total = xp.sum(xp.where(mask, x, 0), axis=axis)
+    """The fields of :class:`Moments` along ``axis`` in ``xp`` (jax.numpy, traceable; or NumPy).
+
+    ``mask=None`` (NumPy only) counts every entry without the masking passes: a ``where`` of an all-true
+    mask is a contiguous copy of ``x``, so for a contiguous ``x`` the fields are bit for bit those of an
+    all-true mask (``tests/test_statistics.py``).
+    """
+    keep = (lambda v, fill: v) if mask is None else (lambda v, fill: xp.where(mask, v, fill))
+    total = xp.sum(keep(x, 0), axis=axis)
+    if mask is None:
+        count = np.full(np.shape(total), x.shape[axis], x.dtype)[()]
+    else:
+        count = xp.sum(mask, axis=axis).astype(x.dtype)
     mean = total / xp.maximum(count, 1)
-    centred = xp.where(mask, x - xp.expand_dims(mean, axis), 0)
+    centred = keep(x - xp.expand_dims(mean, axis), 0)
     return Moments(
         count,
         mean,
         xp.sum(centred * centred, axis=axis),
         # ``initial``: an empty sample's min is +inf, its max -inf (NumPy refuses an empty reduction).
-        xp.min(xp.where(mask, x, xp.inf), axis=axis, initial=xp.inf),
-        xp.max(xp.where(mask, x, -xp.inf), axis=axis, initial=-xp.inf),
+        xp.min(keep(x, xp.inf), axis=axis, initial=xp.inf),
+        xp.max(keep(x, -xp.inf), axis=axis, initial=-xp.inf),
     )
 
 

@@ -22,14 +22,27 @@ user's ``cbdp`` process has it.
 Hypothesis runs derandomized (a fixed sequence of examples, the same on every run and machine): a
 property test that fails once fails every time, and CI cannot be red by the luck of a draw. Set
 ``HYPOTHESIS_PROFILE=explore`` to draw fresh examples locally.
+
+On a GPU the suite asks XLA for deterministic kernels (``--xla_gpu_deterministic_ops=true`` in
+``XLA_FLAGS``, unless the flag is set already), as the ``cbdp`` command does for its processes: the
+tests that compare two runs bit for bit (the two directions in threads against one thread, the same key
+twice) test the library's promise under the setting that makes it (docs/guide/scaling.md, "On a GPU").
+Without it, XLA's autotuning and atomic reductions change the last bits from one compilation or run to
+the next, and a trained critic amplifies them (an H100 run on 2026-11-27:
+benchmarks/measured/h100-2026-11-27/). CPU programs are unaffected.
 """
 
 import os
 
-import chex
-import jax
-import pytest
-from hypothesis import settings
+if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true"
+    ).strip()
+
+import chex  # noqa: E402
+import jax  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 os.environ["CBDP_JAX_PROGRAM_CACHE"] = "0"
 jax.config.update("jax_enable_compilation_cache", False)

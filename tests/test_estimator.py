@@ -111,14 +111,19 @@ def test_fresh_samples_training_matches_exact_value():
 
 @pytest.mark.slow
 @pytest.mark.ci
-def test_estimate_is_held_out_not_in_sample():
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_estimate_is_held_out_not_in_sample(seed):
     """P = Q, so D^H = 0 for every class. A wide MLP trained on 240 samples per side finds spurious
-    structure in them: its in-sample value is biased upward, its held-out value is not.
+    structure in them: its training objective climbs while its validation objective falls.
 
     The reported estimate must stay below 3 SE (one-sided: E[estimate] = v(h) <= D^H = 0), and the
-    in-sample value of the same critic (``train_value``) is the negative control: it lies far above, so
-    an estimator that reported it would fail the first assertion. The finite-sample bound, certified at
-    level 0.999, must not exceed 0 (a correct bound exceeds it with probability <= 0.1%)."""
+    finite-sample bound, certified at level 0.999, must not exceed 0 (a correct bound exceeds it with
+    probability <= 0.1%; over the four seeds <= 0.4%). The negative control is the best training
+    objective of the same run (``curves['train_objective']``, in-sample): an estimator that reported it
+    would fail the first assertion, so it lies far above. Four seeds, not one: the selected critic's own
+    in-sample value (``train_value``) depends on which validation block wins and is near the estimate in
+    some seeds (seeds 0-3 and 7 of 0-7 on a CPU, and seed 4 on an H100 with TF32 products), so the
+    control is the training curve, positive in every seed."""
     rng = np.random.default_rng(4)
     p, q = rng.laplace(size=8000), rng.laplace(size=8000)
     cfg = EstimatorConfig(
@@ -132,12 +137,11 @@ def test_estimate_is_held_out_not_in_sample():
         confidence=0.999,
     )
     res = estimate_from_samples(
-        jax.random.key(4), p, q, adversary="mlp", width=64, depth=2, config=cfg
+        jax.random.key(seed), p, q, adversary="mlp", width=64, depth=2, config=cfg
     )
     assert res.estimate < 3 * res.std_error
-    assert (
-        res.train_value > 3 * res.std_error and res.train_value > res.estimate + 5 * res.std_error
-    )
+    in_sample = max(res.curves["train_objective"])
+    assert in_sample > 3 * res.std_error and in_sample > res.estimate + 5 * res.std_error
     assert res.bound_reliable and res.f_lower_bound <= 0.0
 
 

@@ -15,19 +15,11 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+# `cbdp rerun` promises bit-identical numbers on the same device: ask XLA for deterministic GPU kernels
+# before JAX initialises its backend (importing the package does not initialise it).
+from cbdp_jax._src.determinism import request_deterministic_gpu_ops
 
-def _deterministic_gpu_ops() -> None:
-    """Asks XLA for deterministic GPU kernels unless the user set the flag.
-
-    `cbdp rerun` promises bit-identical numbers on the same device, which atomics in GPU reductions and
-    scatters break. Must run before JAX initialises its backend; CPU programs are unaffected.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_gpu_deterministic_ops" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_gpu_deterministic_ops=true".strip()
-
-
-_deterministic_gpu_ops()
+request_deterministic_gpu_ops()
 
 import typer  # noqa: E402
 

@@ -24,7 +24,8 @@ property test that fails once fails every time, and CI cannot be red by the luck
 ``HYPOTHESIS_PROFILE=explore`` to draw fresh examples locally.
 
 On a GPU the suite asks XLA for deterministic kernels (``--xla_gpu_deterministic_ops=true`` in
-``XLA_FLAGS``, unless the flag is set already), as the ``cbdp`` command does for its processes: the
+``XLA_FLAGS``, unless the flag is set already; ``cbdp_jax._src.determinism``), as the ``cbdp`` command
+does for its processes: the
 tests that compare two runs bit for bit (the two directions in threads against one thread, the same key
 twice) test the library's promise under the setting that makes it (docs/guide/scaling.md, "On a GPU").
 Without it, XLA's autotuning and atomic reductions change the last bits from one compilation or run to
@@ -34,15 +35,14 @@ benchmarks/measured/h100-2026-11-27/). CPU programs are unaffected.
 
 import os
 
-if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true"
-    ).strip()
+import chex
+import jax
+import pytest
+from hypothesis import settings
 
-import chex  # noqa: E402
-import jax  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
+from cbdp_jax._src.determinism import request_deterministic_gpu_ops
+
+request_deterministic_gpu_ops()  # before any test initialises JAX's backend
 
 os.environ["CBDP_JAX_PROGRAM_CACHE"] = "0"
 jax.config.update("jax_enable_compilation_cache", False)

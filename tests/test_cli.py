@@ -428,3 +428,27 @@ def test_the_80_column_check_catches_a_table_that_cuts_its_cells():
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(table)
     assert "…" in console.export_text()
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (None, "--xla_gpu_deterministic_ops=true"),
+        (
+            "--xla_cpu_use_thunk_runtime=true",
+            "--xla_cpu_use_thunk_runtime=true --xla_gpu_deterministic_ops=true",
+        ),
+        # A value the user gave is kept, false too (negative control: the helper must not force it).
+        ("--xla_gpu_deterministic_ops=false", "--xla_gpu_deterministic_ops=false"),
+    ],
+    ids=["unset", "other flags kept", "user's value kept"],
+)
+def test_cbdp_processes_ask_for_deterministic_gpu_kernels(monkeypatch, before, after):
+    from cbdp_jax._src.determinism import request_deterministic_gpu_ops
+
+    if before is None:
+        monkeypatch.delenv("XLA_FLAGS", raising=False)
+    else:
+        monkeypatch.setenv("XLA_FLAGS", before)
+    request_deterministic_gpu_ops()
+    assert os.environ["XLA_FLAGS"] == after

@@ -107,6 +107,48 @@ def test_merge_with_an_empty_side_is_the_identity():
         assert tuple(float(f) for f in out) == (5.0, 2.0, 3.0, -1.0, 4.0)
 
 
+def _chan_merge_without_guards(a: mom.Moments, b: mom.Moments) -> mom.Moments:
+    """The parallel update as it was before the guards (the negative control below)."""
+    total = a.count + b.count
+    safe = np.where(total > 0, total, 1)
+    delta = b.mean - a.mean
+    mean = a.mean + delta * (b.count / safe)
+    m2 = a.m2 + b.m2 + delta * delta * (a.count * b.count / safe)
+    return mom.Moments(total, np.where(total > 0, mean, 0), np.where(total > 0, m2, 0), 0, 0)
+
+
+def test_a_sample_with_an_overflowed_observation_has_infinite_moments_never_nan():
+    # A float32 chunk with an observation that overflowed (|a - b|^3 of a pair of critic values of
+    # order 1e13 is beyond float32's 3.4e38): its mean is +inf, and its variance must be +inf too, in
+    # the chunk and after every merge (with an empty accumulator, a finite chunk, another infinite
+    # chunk), in NumPy and in a device program, and without an invalid operation on the host.
+    big = jnp.asarray([1.0, 2.0, 1e13, 4.0], jnp.float32) ** 3  # overflows in the device program
+    finite = mom.of(jnp.asarray([1.0, 2.0, 3.0]))
+    chunk = mom.of(big)
+    assert float(chunk.mean) == math.inf and float(chunk.m2) == math.inf
+    host = mom.to_host(chunk)
+    with np.errstate(all="raise"):
+        merged = [
+            mom.merge(mom.empty(), host),
+            mom.merge(host, mom.empty()),
+            mom.merge(mom.to_host(finite), host),
+            mom.merge(host, host),
+        ]
+    merged.append(mom.merge(finite, chunk))  # traced arithmetic, float32
+    for m in merged:
+        assert float(m.mean) == math.inf and float(m.m2) == math.inf, m
+        assert float(m.variance) == math.inf and float(m.std_error) == math.inf
+    # A finite merge is unchanged (the same fields as before the guards, to the bit).
+    a, b = mom.to_host(finite), mom.to_host(mom.of(jnp.asarray([7.0, -2.0])))
+    ref = _chan_merge_without_guards(a, b)
+    got = mom.merge(a, b)
+    assert (got.count, got.mean, got.m2) == (ref.count, ref.mean, ref.m2)
+    # Negative control: without the guards, an empty accumulator and an infinite chunk give NaN.
+    with np.errstate(all="ignore"):
+        bad = _chan_merge_without_guards(mom.empty(), host)
+    assert math.isnan(float(bad.m2))
+
+
 # -------------------------------------------------------------------------------------------------
 # Tail index (Hill) and the CLT's tail check
 # -------------------------------------------------------------------------------------------------

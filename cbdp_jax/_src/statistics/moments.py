@@ -115,11 +115,15 @@ def _reduced(xp, x, mask, axis: int) -> Moments:
     else:
         count = xp.sum(mask, axis=axis).astype(x.dtype)
     mean = total / xp.maximum(count, 1)
-    centred = keep(x - xp.expand_dims(mean, axis), 0)
+    # An infinite observation makes x - mean NaN (inf - inf); m2 is then set to +inf, so NumPy need
+    # not warn (the errstate is a no-op for traced arrays).
+    with np.errstate(invalid="ignore"):
+        centred = keep(x - xp.expand_dims(mean, axis), 0)
+        m2 = _infinite_where_mean_is(xp, mean, xp.sum(centred * centred, axis=axis))
     return Moments(
         count,
         mean,
-        xp.sum(centred * centred, axis=axis),
+        m2,
         # ``initial``: an empty sample's min is +inf, its max -inf (NumPy refuses an empty reduction).
         xp.min(keep(x, xp.inf), axis=axis, initial=xp.inf),
         xp.max(keep(x, -xp.inf), axis=axis, initial=-xp.inf),
@@ -129,15 +133,21 @@ def _reduced(xp, x, mask, axis: int) -> Moments:
 def merge(a: Moments, b: Moments) -> Moments:
     """The moments of the union of two disjoint samples (Chan's parallel update).
 
-    Exact in real arithmetic, elementwise over batched fields; either side may be empty.
+    Exact in real arithmetic, elementwise over batched fields; either side may be empty, and an empty
+    side leaves the other unchanged bit for bit. A side with an infinite mean (an observation that
+    overflowed, e.g. a float32 critic's f*(h)) makes the union's mean infinite and its centred sum of
+    squares +inf, never NaN (the update's ``delta`` is only formed from two finite means); the mean of
+    a union of a +inf and a -inf mean is NaN, as it is undefined.
     """
     xp = _xp(a.mean) if _xp(b.mean) is np else jnp
     total = a.count + b.count
     safe = xp.where(total > 0, total, 1)
-    delta = b.mean - a.mean
-    # Written so that an empty side (count 0) leaves the other unchanged, with no 0/0.
-    mean = a.mean + delta * (b.count / safe)
+    finite = xp.isfinite(a.mean) & xp.isfinite(b.mean)
+    delta = xp.where(finite, b.mean, 0) - xp.where(finite, a.mean, 0)
+    both = finite & (a.count > 0) & (b.count > 0)
+    mean = xp.where(both, a.mean + delta * (b.count / safe), a.mean + b.mean)
     m2 = a.m2 + b.m2 + delta * delta * (a.count * b.count / safe)
+    m2 = _infinite_where_mean_is(xp, mean, xp.where(b.count > 0, m2, a.m2))
     return Moments(
         total,
         xp.where(total > 0, mean, 0),
@@ -145,6 +155,11 @@ def merge(a: Moments, b: Moments) -> Moments:
         xp.minimum(a.lo, b.lo),
         xp.maximum(a.hi, b.hi),
     )
+
+
+def _infinite_where_mean_is(xp, mean, m2):
+    """``m2`` where ``mean`` is finite, +inf where it is not (a sample with an infinite observation)."""
+    return xp.where(xp.isfinite(mean), m2, xp.inf)
 
 
 def to_host(m: Moments) -> Moments:

@@ -299,3 +299,54 @@ def test_atom_indicators_are_per_coordinate_with_a_fixed_number_of_slots():
     assert out.shape == (3000, 2 * (1 + k))
     np.testing.assert_array_equal(out[:, 2 : 2 + k], 0.0)
     np.testing.assert_array_equal(out[:, 2 + k], (x[:, 1] == 1.0).astype(float))
+
+
+def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_had(monkeypatch):
+    """'auto' on atoms beside Cauchy laws (the screen sends all three maps to the race): each map
+    trains one validation block, and only the leader is trained in full. Against the full selection
+    (every map trained in full, the best predicted bound evaluated: ``_screen`` switched off) it must
+    (i) train one map instead of three, (ii) pick the same map here, where the rank map leads by far,
+    and (iii) then give the same result to the last bit, since the leader's training key is the one
+    the full selection gives it. The negative control: a budget of one block (no race) trains all
+    three in full."""
+    from cbdp_jax._src import estimator as est
+
+    p, q = _atoms_beside_cauchy(5, 4000)
+    trained_maps: list[str] = []
+    train = est._train
+
+    def spy(key, prob, z):
+        trained_maps.append(prob.input_map.kind)
+        return train(key, prob, z)
+
+    monkeypatch.setattr(est, "_train", spy)
+    kw = dict(adversary="mlp", width=16, depth=2, divergence="renyi", alpha=2.0)
+    cfg = dataclasses.replace(SMALL, steps=150, input_map="auto")
+    raced = estimate_from_samples(jax.random.key(3), p, q, config=cfg, **kw)
+    assert trained_maps == [raced.input_map] == ["rank"], trained_maps
+    assert "validation objectives after 50 steps of each" in raced.input_map_choice
+    trained_maps.clear()
+    with monkeypatch.context() as m:
+        m.setattr(est, "_screen", lambda map_keys, probs: None)
+        full = estimate_from_samples(jax.random.key(3), p, q, config=cfg, **kw)
+    assert trained_maps == ["standard", "robust", "rank"] and full.input_map == "rank"
+    for field in ("lower_bound", "estimate", "f_lower_bound", "critic_bound", "certified_class"):
+        assert getattr(raced, field) == getattr(full, field), field
+    trained_maps.clear()
+    one_block = dataclasses.replace(cfg, steps=50)
+    estimate_from_samples(jax.random.key(3), p, q, config=one_block, **kw)
+    assert trained_maps == ["standard", "robust", "rank"], trained_maps
+    # A leader whose planned critic predicts no positive bound on validation samples sends the other
+    # maps to full training too, and the best predicted bound wins (here the rank map's prediction
+    # is forced to 0, so the robust or the standard map is evaluated).
+    trained_maps.clear()
+    score = est._validation_score
+    monkeypatch.setattr(
+        est,
+        "_validation_score",
+        lambda prob, *a: 0.0 if prob.input_map.kind == "rank" else score(prob, *a),
+    )
+    fallback = estimate_from_samples(jax.random.key(3), p, q, config=cfg, **kw)
+    assert trained_maps == ["rank", "standard", "robust"], trained_maps
+    assert fallback.input_map in ("standard", "robust"), fallback.input_map
+    assert "the leader predicts no bound" in fallback.input_map_choice

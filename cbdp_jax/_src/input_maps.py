@@ -22,8 +22,8 @@ docs/theory/bounds.md holds for it as it does for h: it bounds D^{H o T} and the
 divergence (docs/theory/bounds.md, "Input maps"). ``'auto'`` first screens the pooled training samples
 (:func:`screen`): when the standard deviation is within :data:`SPREAD_RATIO` of the robust scale in every
 coordinate that is not a few-level one, the data are ordinary and only ``'standard'`` is used (the estimate is then exactly the one
-``'standard'`` gives); otherwise all three maps are trained and the one with the best predicted bound on
-VALIDATION samples is evaluated.
+``'standard'`` gives); otherwise all three maps train for one validation block, the one with the best
+VALIDATION objective is trained in full and evaluated (``estimator._select``).
 
 References:
   Huber, Ronchetti, "Robust Statistics", 2nd ed., Wiley 2009, sections 5.1 and 5.3 (the median,
@@ -214,6 +214,5 @@ def candidates(
         )
     return list(INPUT_MAPS), (
         f"auto: the training samples' standard deviation is {ratio:.3g} x their robust scale (above "
-        f"{SPREAD_RATIO:g}): standard, robust and rank maps trained, the best predicted bound on "
-        "validation samples evaluated"
+        f"{SPREAD_RATIO:g}): standard, robust and rank maps screened on validation samples"
     )

@@ -71,7 +71,10 @@ def unit(label: dict, key, p, q, config, order: tuple[str, str], **kw) -> dict:
         results = [("PQ", res)] + ([("QP", res.reverse)] if res.reverse is not None else [])
         row[v] = {
             "seconds": seconds,
-            "fallback": "leader predicts no bound" in res.input_map_choice,
+            **{
+                f"fallback_{d}": "leader predicts no bound" in r.input_map_choice
+                for d, r in results
+            },
             **{f"map_{d}": r.input_map for d, r in results},
             **{f"bound_{d}": r.lower_bound for d, r in results},
         }
@@ -138,7 +141,9 @@ def summary(rows: list[dict]) -> dict:
             "units": len(rs),
             "same_map": sum(r["same_map"] for r in rs),
             "same_bounds": sum(r["same_bounds"] for r in rs),
-            "race_fallbacks": sum(r["race"]["fallback"] for r in rs),
+            "race_fallbacks": sum(
+                v for r in rs for k, v in r["race"].items() if k.startswith("fallback_")
+            ),
             "mean_bound_race": float(np.mean(bounds["race"])),
             "mean_bound_full": float(np.mean(bounds["full"])),
             "differences": [

@@ -621,7 +621,7 @@ def estimate_cmd(
         typer.Option(
             help="the critic's input map, fitted on training samples: standard, robust (asinh of "
             "median/IQR-scaled x), rank (training ECDF) or auto (standard unless outliers set the "
-            "spread; then the best of the three on validation data)"
+            "spread; then the three race on validation data and the leader is trained in full)"
         ),
     ] = "auto",
     target: Annotated[

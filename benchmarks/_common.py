@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import sys
 import time
@@ -118,3 +119,13 @@ def write(path: str | Path, name: str, args: argparse.Namespace, payload: dict[s
     path = atomic_write_json(path, out)
     print(f"wrote {path}")
     return path
+
+
+def run_record(t0: float, load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """The run's seconds since ``t0``, the load average before and now, and the environment."""
+    return {
+        "seconds": time.perf_counter() - t0,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "environment": environment_info(),
+    }

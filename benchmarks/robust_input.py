@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import auditorium_case  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from _common import run_record  # noqa: E402
 
 from cbdp_jax import analytic  # noqa: E402
-from cbdp_jax._src.io import atomic_write_json, environment_info  # noqa: E402
+from cbdp_jax._src.io import atomic_write_json  # noqa: E402
 from cbdp_jax.audit_suite import MEAN_V2_PAIR, noisy_count_mean  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples  # noqa: E402
 
@@ -165,10 +166,7 @@ def main() -> None:
         },  # fmt: skip
         "summary": summary(rows),
         "rows": rows,
-        "seconds": time.perf_counter() - t0,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "environment": environment_info(),
+        **run_record(t0, load_before),
     }
     atomic_write_json(args.out / "summary.json", payload)
     print(payload["summary"])

@@ -263,8 +263,9 @@ class EstimateResult:
       guarantee_choice: Why this guarantee was used (for ``'auto'``: which, and why).
       input_map: The input map the evaluated critic saw its inputs through (``'standard'``,
         ``'robust'`` or ``'rank'``; fitted on training samples only).
-      input_map_choice: Why that map (for ``'auto'``: the screen's ratio and, when several maps were
-        trained, each one's predicted bound on validation samples, f-scale).
+      input_map_choice: Why that map (for ``'auto'``: the screen's ratio and, when several maps
+        raced, each one's validation objective after one block; where all were trained in full,
+        each one's predicted bound on validation samples, f-scale).
       critic_bound: B of the bounded critic, or None.
       tail_index_p: Hill's tail index of h(X) under P on held-out samples.
       tail_index_q: Hill's tail index of f*(h(Y)) under Q on held-out samples.

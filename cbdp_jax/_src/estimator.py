@@ -129,9 +129,10 @@ class EstimatorConfig:
         training samples' empirical CDF), or ``'auto'`` (``'standard'`` unless the training samples'
         standard deviation exceeds 5 times their robust scale in a coordinate with many distinct
         values; then all three train for one validation block, and the one with the best
-        validation objective is trained in full and evaluated). With a map other than the identity the bound is on the class composed with the
-        map (``certified_class`` says so) and on the unrestricted divergence. :func:`estimate`
-        supports the robust maps without ``fresh_samples`` only.
+        validation objective is trained in full and evaluated). With a map other than the
+        identity the bound is on the class composed with the map (``certified_class`` says so) and
+        on the unrestricted divergence. :func:`estimate` supports the robust maps without
+        ``fresh_samples`` only.
 
     """
 
@@ -455,8 +456,7 @@ def _member_fit(params, rest, member, fit_batch, val_batch, z, *, trainer, diver
 def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     """Trains the ensemble (restarting with a smaller step on divergence) and fixes one member."""
     config, trainer = prob.config, prob.trainer
-    k_init, k_train = keys.split(key)
-    member_keys = keys.split_array(k_init, num=config.ensemble)
+    member_keys, k_train = _ensemble_keys(key, config.ensemble)
     warnings: list[str] = []
     lr = config.learning_rate
     restarts = 0
@@ -505,6 +505,12 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
         restarts,
         tuple(warnings),
     )
+
+
+def _ensemble_keys(key: jax.Array, ensemble: int) -> tuple[jax.Array, jax.Array]:
+    """``(member initialisation keys [ensemble], training key)`` of one ensemble run from ``key``."""
+    k_init, k_train = keys.split(key)
+    return keys.split_array(k_init, num=ensemble), k_train
 
 
 def _run_ensemble(member_keys, key, prob: _Problem, lr: float, *, steps: int, progress, patience):
@@ -786,9 +792,7 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
         return None
     values = []
     for k, prob in zip(map_keys, probs, strict=True):
-        k_screen = keys.fold_in(k, _SCREEN_STREAM)
-        k_init, k_train = keys.split(k_screen)
-        member_keys = keys.split_array(k_init, num=config.ensemble)
+        member_keys, k_train = _ensemble_keys(keys.fold_in(k, _SCREEN_STREAM), config.ensemble)
         _, out = _run_ensemble(
             member_keys, k_train, prob, config.learning_rate, steps=config.eval_every,
             progress=None, patience=None,

@@ -308,23 +308,35 @@ def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_
     (i) train one map instead of three, (ii) pick the same map here, where the rank map leads by far,
     and (iii) then give the same result to the last bit, since the leader's training key is the one
     the full selection gives it. The negative control: a budget of one block (no race) trains all
-    three in full."""
+    three in full. The screen's blocks run at a minibatch of at most ``_SCREEN_BATCH`` per side, the
+    full training at the configured one."""
     from cbdp_jax._src import estimator as est
 
     p, q = _atoms_beside_cauchy(5, 4000)
     trained_maps: list[str] = []
-    train = est._train
+    train, run_ensemble = est._train, est._run_ensemble
+    runs: list[tuple[str, int, int]] = []
 
     def spy(key, prob, z):
         trained_maps.append(prob.input_map.kind)
         return train(key, prob, z)
 
+    def spy_runs(*args, steps, batch_size=None, **kw):
+        runs.append((args[2].input_map.kind, steps, batch_size or args[2].config.batch_size))
+        return run_ensemble(*args, steps=steps, batch_size=batch_size, **kw)
+
     monkeypatch.setattr(est, "_train", spy)
+    monkeypatch.setattr(est, "_run_ensemble", spy_runs)
     kw = dict(adversary="mlp", width=16, depth=2, divergence="renyi", alpha=2.0)
-    cfg = dataclasses.replace(SMALL, steps=150, input_map="auto")
+    cfg = dataclasses.replace(SMALL, steps=150, input_map="auto", batch_size=2 * est._SCREEN_BATCH)
     raced = estimate_from_samples(jax.random.key(3), p, q, config=cfg, **kw)
     assert trained_maps == [raced.input_map] == ["rank"], trained_maps
-    assert "validation objectives after 50 steps of each" in raced.input_map_choice
+    screen_batch, full_batch = est._SCREEN_BATCH, cfg.batch_size
+    assert runs == [
+        ("standard", 50, screen_batch), ("robust", 50, screen_batch), ("rank", 50, screen_batch),
+        ("rank", 150, full_batch),
+    ], runs  # fmt: skip
+    assert "validation objectives after 50 steps of each (minibatch 512)" in raced.input_map_choice
     trained_maps.clear()
     with monkeypatch.context() as m:
         m.setattr(est, "_screen", lambda map_keys, probs: None)

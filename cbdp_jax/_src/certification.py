@@ -236,6 +236,18 @@ def _bounded(h: np.ndarray, b: float) -> np.ndarray:
     return b * np.tanh(h / b)
 
 
+def _bounded_rows(h: np.ndarray, t: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``_bounded(t * h, b)`` for columns ``t``, ``b`` ``[K, 1]`` and ``h`` ``[n]``: ``[K, n]``.
+
+    The same operations in the same order as :func:`_bounded` (so the same values, bit for bit), in
+    one array instead of four: the multiplier search scores 160 rows of up to 32,768 pairs.
+    """
+    out = np.multiply(t, h[None, :])
+    np.divide(out, b, out=out)
+    np.tanh(out, out=out)
+    return np.multiply(b, out, out=out)
+
+
 def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The f-form's two terms ``(h(X), f*(h(Y)))`` in float64, f* computed as the evaluation does."""
     return np.asarray(h_p, np.float64), _conjugate_host(div, h_q)
@@ -495,15 +507,16 @@ def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
         b = np.asarray([c[0] for c in group], np.float64)[:, None]
         t = np.asarray([c[3] for c in group], np.float64)[:, None]
         shape = (len(group), h_p.size)
-        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded(t * h_p[None, :], b)
-        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded(t * h_q[None, :], b)
+        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded_rows(h_p, t, b)
+        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded_rows(h_q, t, b)
         t_p, t_q = _terms(div, hb_p, hb_q)
         diff = t_p - t_q
         # predicted_bound's refusals: fewer than 4 pairs, or a non-finite term
         rows = np.flatnonzero(np.all(np.isfinite(diff), axis=1)) if diff.shape[1] >= 4 else []
         if len(rows) == 0:
             continue
-        m_val, pairs_val = berry_esseen.moments_of_rows(diff[rows])
+        # Every row usable (the common case): the rows as they are, without a gathered copy.
+        m_val, pairs_val = berry_esseen.moments_of_rows(diff if len(rows) == len(group) else diff[rows])
         for j, r in enumerate(rows):
             lo, hi = group[r][1:3]
             pairs = berry_esseen.PairMoments(mom.take(pairs_val.w, j), mom.take(pairs_val.v, j))

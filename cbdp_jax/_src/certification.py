@@ -516,7 +516,9 @@ def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
         if len(rows) == 0:
             continue
         # Every row usable (the common case): the rows as they are, without a gathered copy.
-        m_val, pairs_val = berry_esseen.moments_of_rows(diff if len(rows) == len(group) else diff[rows])
+        m_val, pairs_val = berry_esseen.moments_of_rows(
+            diff if len(rows) == len(group) else diff[rows]
+        )
         for j, r in enumerate(rows):
             lo, hi = group[r][1:3]
             pairs = berry_esseen.PairMoments(mom.take(pairs_val.w, j), mom.take(pairs_val.v, j))

@@ -789,8 +789,9 @@ _SCREEN_STREAM = 0x5C4EE2
 
 
 # The screen's minibatch per side, at most: its one block only has to rank the maps, not fit a critic.
-# At the side-by-side benchmark's batch of 2048 it cut the screen from 0.22 to 0.07 s of a 0.73 s call
-# (mean-v2, 10^5 per side), and it picked the same maps (benchmarks/measured/map-race/README.md).
+# At the side-by-side benchmark's batch of 2048 a warm mean-v2 call at 10^5 per side went from 0.68 to
+# 0.53 s (benchmarks/measured/profile-warm/README.md), with the same maps and bounds in all 64 units of
+# benchmarks/measured/map-race/README.md.
 _SCREEN_BATCH = 512
 
 

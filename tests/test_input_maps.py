@@ -321,8 +321,8 @@ def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_
         trained_maps.append(prob.input_map.kind)
         return train(key, prob, z)
 
-    def spy_runs(*args, steps, batch_size=None, **kw):
-        runs.append((args[2].input_map.kind, steps, batch_size or args[2].config.batch_size))
+    def spy_runs(*args, steps, batch_size, **kw):
+        runs.append((args[2].input_map.kind, steps, batch_size))
         return run_ensemble(*args, steps=steps, batch_size=batch_size, **kw)
 
     monkeypatch.setattr(est, "_train", spy)

@@ -232,17 +232,13 @@ def rounding_slacks(div: Divergence, lo_h, hi_h, fmin, fmax) -> np.ndarray:
     return np.where(finite, ROUNDING_ULPS * EPS32 * size, math.inf)
 
 
-def _bounded(h: np.ndarray, b: float) -> np.ndarray:
-    return b * np.tanh(h / b)
+def _bounded(h: np.ndarray, b, t=1.0) -> np.ndarray:
+    """``B tanh(t h / B)``, computed in one array (``t h``, then divided, tanh'd and scaled in place).
 
-
-def _bounded_rows(h: np.ndarray, t: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``_bounded(t * h, b)`` for columns ``t``, ``b`` ``[K, 1]`` and ``h`` ``[n]``: ``[K, n]``.
-
-    The same operations in the same order as :func:`_bounded` (so the same values, bit for bit), in
-    one array instead of four: the multiplier search scores 160 rows of up to 32,768 pairs.
+    ``b`` and ``t`` may be columns ``[K, 1]`` against ``h`` ``[1, n]`` (one row per candidate): the
+    multiplier search scores 160 rows of up to 32,768 pairs at once.
     """
-    out = np.multiply(t, h[None, :])
+    out = np.multiply(t, h)
     np.divide(out, b, out=out)
     np.tanh(out, out=out)
     return np.multiply(b, out, out=out)
@@ -426,7 +422,7 @@ def choose_bounds(
         # whose terms are finite instead.
         b, m, sup = _below_overflow(div, t * h_p, t * h_q, n_test, confidence, method)
         score = validation_score(
-            div, _bounded(t * h_p, b), _bounded(t * h_q, b), sup, n_test=n_test,
+            div, _bounded(h_p, b, t), _bounded(h_q, b, t), sup, n_test=n_test,
             confidence=confidence,
         )  # fmt: skip
         out.append((b, m, sup, score))
@@ -507,8 +503,8 @@ def _predictions(div, h_p, h_q, usable, n_test, confidence, fixed):
         b = np.asarray([c[0] for c in group], np.float64)[:, None]
         t = np.asarray([c[3] for c in group], np.float64)[:, None]
         shape = (len(group), h_p.size)
-        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded_rows(h_p, t, b)
-        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded_rows(h_q, t, b)
+        hb_p = np.broadcast_to(h_p, shape) if fixed else _bounded(h_p[None, :], b, t)
+        hb_q = np.broadcast_to(h_q, shape) if fixed else _bounded(h_q[None, :], b, t)
         t_p, t_q = _terms(div, hb_p, hb_q)
         diff = t_p - t_q
         # predicted_bound's refusals: fewer than 4 pairs, or a non-finite term

@@ -463,8 +463,8 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
     while True:
         # The step size lives in the optimiser state: a restart with a smaller one does not recompile.
         state, out = _run_ensemble(
-            member_keys, keys.fold_in(k_train, restarts), prob, lr,
-            steps=config.steps, progress=config.progress, patience=config.patience,
+            member_keys, keys.fold_in(k_train, restarts), prob, lr, steps=config.steps,
+            batch_size=config.batch_size, progress=config.progress, patience=config.patience,
         )  # fmt: skip
         finite = np.asarray(out.finite)
         if finite.all() or restarts >= config.max_restarts:
@@ -514,14 +514,10 @@ def _ensemble_keys(key: jax.Array, ensemble: int) -> tuple[jax.Array, jax.Array]
 
 
 def _run_ensemble(
-    member_keys, key, prob: _Problem, lr: float, *, steps: int, progress, patience, batch_size=None
+    member_keys, key, prob: _Problem, lr: float, *, steps: int, batch_size, progress, patience
 ):
-    """``(initial state, TrainOutput)``: the problem's ensemble initialised and trained ``steps`` steps.
-
-    ``batch_size`` defaults to the configuration's.
-    """
+    """``(initial state, TrainOutput)``: the problem's ensemble initialised and trained ``steps`` steps."""
     config, trainer = prob.config, prob.trainer
-    batch_size = config.batch_size if batch_size is None else batch_size
     state = init_ensemble(member_keys, trainer, prob.stats_sample, learning_rate=lr)
     out = train_ensemble(
         key,
@@ -754,10 +750,8 @@ def _select(key: jax.Array, probs: list[_Problem], confidence: float):
         found[lead] = _candidate(map_keys[lead], probs[lead], confidence, z)
         raced = ", ".join(f"{p.input_map.kind} {v:.4g}" for v, p in zip(values, probs, strict=True))
         config = probs[0].config
-        raced = (
-            f"validation objectives after {config.eval_every} steps of each"
-            f"{'' if config.batch_size is None else f' (minibatch {_screen_batch(config)})'}: {raced}"
-        )
+        batch = "" if config.batch_size is None else f" (minibatch {_screen_batch(config)})"
+        raced = f"validation objectives after {config.eval_every} steps of each{batch}: {raced}"
         if found[lead][0] > 0:
             _, prob, trained, plan = found[lead]
             why = f"{prob.map_choice}; {raced}; {prob.input_map.kind} trained in full and evaluated"
@@ -789,8 +783,9 @@ _SCREEN_STREAM = 0x5C4EE2
 
 
 # The screen's minibatch per side, at most: its one block only has to rank the maps, not fit a critic.
-# At the side-by-side benchmark's batch of 2048 a warm mean-v2 call at 10^5 per side went from 0.68 to
-# 0.53 s (benchmarks/measured/profile-warm/README.md), with the same maps and bounds in all 64 units of
+# Against the side-by-side benchmark's batch of 2048 it cut the screen of a warm mean-v2 call at 10^5
+# per side from about 225 to 70-74 ms of each direction's wall time (its table in
+# benchmarks/measured/profile-warm/README.md), with the same maps and bounds in all 64 units of
 # benchmarks/measured/map-race/README.md.
 _SCREEN_BATCH = 512
 
@@ -819,7 +814,7 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
         member_keys, k_train = _ensemble_keys(keys.fold_in(k, _SCREEN_STREAM), config.ensemble)
         _, out = _run_ensemble(
             member_keys, k_train, prob, config.learning_rate, steps=config.eval_every,
-            progress=None, patience=None, batch_size=_screen_batch(config),
+            batch_size=_screen_batch(config), progress=None, patience=None,
         )  # fmt: skip
         best = np.where(np.asarray(out.finite), np.asarray(out.best_value), -np.inf)
         values.append(float(np.max(best)))

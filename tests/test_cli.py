@@ -182,7 +182,7 @@ def test_rerun_table_at_80_columns_shows_every_number_and_says_identical(narrow_
 
 def test_curve_reference_is_the_exact_value(narrow_estimate):
     from cbdp_jax import exact
-    from cbdp_jax.cli import curve_values
+    from cbdp_jax.cli.estimate import curve_values
 
     _, _, rec = narrow_estimate
     truth = exact.restricted_divergence(exact.laplace_pair(1.0), "kl", "linear").value

@@ -19,7 +19,7 @@ WIDTH = 100
 
 
 def modules() -> list[Path]:
-    """Every module of the package, public layer first, then _src, then experiments."""
+    """Every module of the package: the public layer first, then its packages (_src, cli, experiments)."""
     files = sorted((ROOT / "cbdp_jax").rglob("*.py"))
 
     def order(p: Path):

@@ -1,0 +1,232 @@
+"""``cbdp audit``: a mechanism's privacy claim checked on a searched or given pair, or the suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
+from cbdp_jax.cli._common import FORMATS, _echo_wrapped
+
+
+def audit_cmd(
+    mechanism: Annotated[
+        str | None,
+        typer.Argument(
+            help="FILE.py:FUNCTION or MODULE:FUNCTION; the function takes (key or numpy "
+            "Generator, dataset, n) and returns n outputs"
+        ),
+    ] = None,
+    claim: Annotated[
+        str | None,
+        typer.Option(help="the claim to check; its forms are listed above"),
+    ] = None,
+    d: Annotated[str | None, typer.Option("--d", help="dataset D as JSON, e.g. [0,1,1]")] = None,
+    d_prime: Annotated[str | None, typer.Option("--d-prime", help="neighbour D' as JSON")] = None,
+    space: Annotated[
+        str | None,
+        typer.Option(
+            help='dataset space to search as JSON: {"shape": [5], "low": 0, "high": 1, '
+            '"integer": false, "relation": "replace-one" | "zero-out" | "linf", "radius": 1}'
+        ),
+    ] = None,
+    pairs: Annotated[
+        str | None,
+        typer.Option(help="FILE.py:FUNCTION returning candidate pairs (D, D') to screen"),
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(help="fresh certification samples per side for the chosen pair")
+    ] = 1_000_000,
+    screen_samples: Annotated[
+        int, typer.Option(help="samples per side per screened pair")
+    ] = 20_000,
+    random_pairs: Annotated[int, typer.Option(help="random candidates from --space")] = 12,
+    local_steps: Annotated[int, typer.Option(help="local-search moves from the best")] = 12,
+    gradient_steps: Annotated[
+        int,
+        typer.Option(help="then gradient ascent on the datasets (differentiable JAX mechanisms)"),
+    ] = 0,
+    classes: Annotated[
+        str,
+        typer.Option(
+            help="critic classes, comma-separated: halfspace, linear, poly, mlp, histogram, "
+            "bounded-mlp"
+        ),
+    ] = "linear,poly,mlp,histogram",
+    confidence: Annotated[float, typer.Option(help="family-wise level")] = 0.95,
+    suite: Annotated[
+        bool, typer.Option(help="audit the built-in suite of flawed and correct mechanisms")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+    out: Annotated[Path | None, typer.Option(help="folder for audit.json and report.png")] = None,
+) -> None:
+    """Audit a mechanism's privacy claim: search a worst pair, certify it on fresh samples.
+
+    A violation is reported only when a certified (family-wise) lower bound exceeds the claim;
+    otherwise the strongest certified bound and what the audit could have detected. Pure and
+    approximate claims also report the empirical epsilon (the largest eps the certified curve
+    refutes) and GDP mu. A capacity claim on class H is checked only with bounds on H itself.
+
+    Claims (--claim): pure:EPS (pure eps-DP), approx:EPS:DELTA ((eps, delta)-DP), renyi:ALPHA:EPS
+    (Renyi DP of order ALPHA), capacity:CLASS:kl:VALUE or capacity:CLASS:renyi:ALPHA:VALUE (the
+    restricted divergence of CLASS = linear, poly, mlp or bounded-mlp is at most VALUE).
+
+    DP-SGD claims: dpsgd:noise=S,rate=Q,steps=T,delta=D, optionally followed by ,sampling=poisson (or
+    shuffle, or fixed): the (eps, delta) the run's accountant reports (dp_accounting's PLD accountant,
+    Poisson-subsampled Gaussian).
+
+    Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
+    """
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.io import to_json
+
+    check_choice("format", output_format, FORMATS)
+    if out is not None:
+        check_output_folder("out", out)
+    config = au.AuditConfig(
+        samples=samples, screen_samples=screen_samples, random_pairs=random_pairs,
+        local_steps=local_steps, classes=_parse_classes(classes), confidence=confidence,
+        gradient_steps=gradient_steps,
+    )  # fmt: skip
+    if suite:
+        return _audit_suite(config, seed, output_format, out)
+    result = _audit_one(mechanism, claim, (d, d_prime, space, pairs), config, seed)
+    _emit_audit(result, output_format, out)
+    if output_format == "json":
+        typer.echo(to_json(result.to_dict()))
+    if result.violation:
+        raise typer.Exit(1)  # a script can tell: 1 = violation certified (0 = none, 2 = bad input)
+
+
+def _audit_one(mechanism, claim, where, config, seed):
+    """Audits one user mechanism: checks the arguments, finds or takes the pair, certifies."""
+    import jax
+
+    from cbdp_jax._src import audit as au
+
+    if mechanism is None:
+        raise InvalidParameterError(
+            "mechanism=None is invalid: give FILE.py:FUNCTION or MODULE:FUNCTION, or --suite"
+        )
+    if claim is None:
+        raise InvalidParameterError("claim=None is invalid: must be given, e.g. --claim pure:1")
+    parsed = au.parse_claim(claim)
+    mech = au.load_mechanism(mechanism)
+    pair, space_obj, candidates = _audit_pairs(*where)
+    return au.audit(
+        jax.random.key(seed), mech, parsed, pair=pair, space=space_obj, candidates=candidates,
+        config=config,
+    )  # fmt: skip
+
+
+def _parse_classes(text: str) -> tuple[str, ...]:
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    allowed = ("linear", "halfspace", "poly", "mlp", "histogram", "bounded-mlp")
+    for name in names or ("",):
+        check_choice("classes", name, allowed)
+    return names
+
+
+def _audit_pairs(d, d_prime, space, pairs):
+    """The given pair, or the space and candidates to search."""
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.audit_io import load_mechanism, parse_dataset
+
+    if (d is None) != (d_prime is None):
+        missing = "d_prime" if d_prime is None else "d"
+        raise InvalidParameterError(f"{missing}=None is invalid: --d and --d-prime go together")
+    if d is not None:
+        return (parse_dataset("d", d), parse_dataset("d_prime", d_prime)), None, None
+    space_obj = None
+    if space is not None:
+        try:
+            spec = json.loads(space)
+            missing = [k for k in ("shape", "low", "high") if k not in spec]
+            if missing:
+                raise InvalidParameterError(
+                    f"space={space!r} is invalid: must give {', '.join(missing)} (the datasets' "
+                    "shape and the range [low, high] of their entries; no range is assumed)"
+                )
+            space_obj = au.DatasetSpace(**spec)
+        except (json.JSONDecodeError, TypeError, AttributeError) as exc:
+            raise InvalidParameterError(
+                f"space={space!r} is invalid: must be a JSON object with keys shape, low, high, "
+                f"integer, relation, radius ({exc})"
+            ) from exc
+    candidates = None
+    if pairs is not None:
+        gen = load_mechanism(pairs).fn
+        try:
+            candidates = [tuple(c) for c in gen()]
+        except Exception as exc:  # noqa: BLE001 - report against the generator
+            raise InvalidParameterError(
+                f"pairs={pairs!r} is invalid: calling it failed or did not give pairs ({exc})"
+            ) from exc
+        if not candidates or any(len(c) != 2 for c in candidates):
+            raise InvalidParameterError(
+                f"pairs={pairs!r} is invalid: must return a non-empty iterable of (D, D') pairs"
+            )
+    if space_obj is None and candidates is None:
+        raise InvalidParameterError(
+            "d=None is invalid: give --d and --d-prime, or --space / --pairs to search"
+        )
+    return None, space_obj, candidates
+
+
+def _emit_audit(result, output_format: str, out: Path | None) -> None:
+    if out is not None:
+        from cbdp_jax._src.audit_report import write_report
+
+        write_report(result, Path(out))
+    if output_format == "json":
+        return
+    typer.echo(f"cbdp audit: {result.mechanism}, claim {result.claim}")
+    typer.echo(f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}")
+    typer.echo(f"{'class':<22} {'dir':<5} {result.grid_name:>8} {'claimed':>10} {'certified':>10}")
+    for r in result.rows:
+        typer.echo(
+            f"{r.critic[:22]:<22} {r.direction:<5} {r.grid:>8.3g} {r.claimed:>10.4g} "
+            f"{r.lower_bound:>10.4g}" + ("  VIOLATION" if r.violation else "")
+        )
+    notes = dict.fromkeys(r.note for r in result.rows if r.note)
+    for note in notes:
+        _echo_wrapped(f"note: {note}")
+    _echo_wrapped(result.verdict)
+
+
+def _rounded(x) -> list:
+    import numpy as np
+
+    return np.round(np.asarray(x, np.float64), 3).tolist()
+
+
+def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> None:
+    import jax
+
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.audit_suite import SUITE, as_arrays
+    from cbdp_jax._src.io import to_json
+
+    records = []
+    for i, case in enumerate(SUITE):
+        result = au.audit(
+            jax.random.fold_in(jax.random.key(seed), i), au.load_mechanism(case.fn, case.name),
+            case.claim, space=case.space, candidates=[as_arrays(case.paper_pair)], config=config,
+        )  # fmt: skip
+        rec = result.to_dict() | {"flawed": case.flawed, "beyond_sampling": case.beyond_sampling}
+        records.append(rec)
+        if out is not None:
+            _emit_audit(result, "json", Path(out) / case.name)
+        if output_format == "table":
+            flag = "VIOLATION" if result.violation else "no violation"
+            best = result.strongest()
+            typer.echo(
+                f"{case.name:<28} flawed={case.flawed!s:<5} {flag:<13} "
+                f"certified {best.lower_bound:.4g} vs {best.claimed:.4g}  {result.seconds:.0f} s"
+            )
+    if output_format == "json":
+        typer.echo(to_json({"suite": records}))

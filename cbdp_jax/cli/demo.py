@@ -1,0 +1,24 @@
+"""``cbdp demo``: capacity-bounded privacy of Laplace and Gaussian against several classes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cbdp_jax._src.validation import check_output_folder
+
+
+def demo_cmd(
+    samples: Annotated[int, typer.Option(help="training (and test) samples per side")] = 100_000,
+    steps: Annotated[int, typer.Option(help="optimiser steps per class")] = 1000,
+    seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    out: Annotated[Path | None, typer.Option(help="folder for demo.json")] = None,
+) -> None:
+    """Capacity-bounded privacy of Laplace and Gaussian against several adversary classes."""
+    from cbdp_jax._src.demo import run_demo
+
+    if out is not None:
+        check_output_folder("out", out)
+    run_demo(samples=samples, steps=steps, seed=seed, out=out)

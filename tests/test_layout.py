@@ -1,5 +1,5 @@
-"""docs/layout.md lists every module with a current line count; the import graph has no upward or
-circular imports under ``cbdp_jax/_src``."""
+"""docs/layout.md lists every module with a current line count; nothing under ``cbdp_jax/_src``
+imports upward, and no import of the package, lazy or for type checking only, closes a circle."""
 
 from __future__ import annotations
 
@@ -73,6 +73,45 @@ def test_src_modules_have_no_import_cycles():
     # Negative control: the cycle finder sees a planted cycle.
     assert _cycle({"a": {"b"}, "b": {"a"}})
     assert _cycle(graph) is None, _cycle(graph)
+
+
+def _package_graph(root: Path, package: str = "cbdp_jax") -> dict[str, set[str]]:
+    """Every module of ``package`` under ``root`` -> the modules it imports ANYWHERE in its text.
+
+    Function-level (lazy) imports and ``if TYPE_CHECKING:`` imports count too: a cycle through them is
+    still two modules that each need the other to be read. An imported name resolves to the module
+    that defines it (``cbdp_jax._src.exact.grids._Grid`` -> ``cbdp_jax._src.exact.grids``).
+    """
+    mods = {}
+    for p in (root / package).rglob("*.py"):
+        parts = p.relative_to(root).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+
+    def owner(name: str) -> str:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name
+
+    return {
+        name: {owner(m) for m in _imports(path, top_level_only=False)} - {name, ""}
+        for name, path in mods.items()
+    }
+
+
+def test_the_package_import_graph_has_no_circle_counting_lazy_and_type_checking_imports(tmp_path):
+    assert _cycle(_package_graph(ROOT)) is None, _cycle(_package_graph(ROOT))
+    # Negative control: a circle closed only by a TYPE_CHECKING import is found.
+    pkg = tmp_path / "cbdp_jax"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from cbdp_jax.b import B\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cbdp_jax.a import A\nB = 1\n"
+    )
+    assert _cycle(_package_graph(tmp_path)) in (
+        ["cbdp_jax.a", "cbdp_jax.b", "cbdp_jax.a"],
+        ["cbdp_jax.b", "cbdp_jax.a", "cbdp_jax.b"],
+    )
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,9 +16,7 @@ from cbdp_jax._src import quadrature as quad
 from cbdp_jax._src.exact.float64 import _exp
 from cbdp_jax._src.exact.grids import _EXTENT, _Grid
 from cbdp_jax._src.exact.laws import _Law1D
-
-if TYPE_CHECKING:
-    from cbdp_jax._src.exact.solver import _Problem
+from cbdp_jax._src.exact.problem import _Problem
 
 
 def _poly_half_width(tails: str, degree: int) -> float:

@@ -8,7 +8,7 @@ the certificate is the Newton decrement at the returned point (``GAP_TOL``) and 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +18,7 @@ from cbdp_jax._src import quadrature as quad
 from cbdp_jax._src.divergences import Divergence, alpha_from_renyi, get_divergence
 from cbdp_jax._src.exact.float64 import _N_BUCKET, _exp
 from cbdp_jax._src.exact.grids import _Grid
-
-if TYPE_CHECKING:
-    from cbdp_jax._src.exact.solver import _Problem
+from cbdp_jax._src.exact.problem import _Problem
 
 GAP_TOL = 1e-10  # converged needs newton_decrement^2 / 2 <= GAP_TOL (1 + |value|)
 

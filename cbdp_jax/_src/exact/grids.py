@@ -5,16 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from cbdp_jax._src import quadrature as quad
 from cbdp_jax._src.exact.float64 import _log_weights
 from cbdp_jax._src.exact.laws import _Law1D
-
-if TYPE_CHECKING:
-    from cbdp_jax._src.exact.solver import _Problem
 
 _KL_EXTENT = 2.0**24  # tail reach (scale units) for KL: E_Q[exp(a x)] decays like exp(-(1 - |u|) z)
 _EXTENT = 512.0  # tail reach for everything else: integrands decay at least like exp(-z)
@@ -38,6 +35,18 @@ class _Grid(NamedTuple):
         """The same nodes and weights with the features recomputed (after a change of basis)."""
         guard_phi = None if self.guard_z is None else features(self.guard_z)
         return self._replace(phi=features(self.z), guard_phi=guard_phi)
+
+
+class _ProblemView(Protocol):
+    """What a geometry's ``refined_grid`` reads of a problem (:class:`~cbdp_jax._src.exact.problem._Problem`).
+
+    A protocol, so that the geometries sit below the problem type and import nothing above them.
+    """
+
+    kind: str
+    A: float
+
+    def mu_p(self, grid: _Grid) -> np.ndarray: ...
 
 
 @dataclasses.dataclass
@@ -106,7 +115,7 @@ class _Geometry1D:
     def initial_grid(self) -> _Grid:
         return self.grid()
 
-    def refined_grid(self, prob: _Problem, u: np.ndarray, grid: _Grid) -> _Grid:
+    def refined_grid(self, prob: _ProblemView, u: np.ndarray, grid: _Grid) -> _Grid:
         """A grid split at the roots of h (alpha family) and centred also on the integrand's mode."""
         log_q = self.law.log_q(grid.z)
         roots: np.ndarray = np.zeros(0)
@@ -181,7 +190,7 @@ class _Geometry2D:
         w = np.outer(w1, w2).ravel()
         return self._assemble(z, w)
 
-    def refined_grid(self, prob: _Problem, u: np.ndarray, grid: _Grid) -> _Grid:
+    def refined_grid(self, prob: _ProblemView, u: np.ndarray, grid: _Grid) -> _Grid:
         k = int(np.argmax(np.abs(u)))
         o = 1 - k
         if abs(u[k]) < 1e-300:

@@ -7,10 +7,8 @@ start) are padded to common sizes and solved by one vmapped ``lax.while_loop`` p
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -20,47 +18,14 @@ from jax import lax
 
 from cbdp_jax._src.divergences import alpha_from_renyi, get_divergence
 from cbdp_jax._src.exact.certificate import _evaluate
-from cbdp_jax._src.exact.float64 import _N_BUCKET, _exp
+from cbdp_jax._src.exact.float64 import _N_BUCKET
 from cbdp_jax._src.exact.grids import _Grid
+from cbdp_jax._src.exact.problem import _Problem
 
 _MAX_ROUNDS = 8  # grid-refinement rounds (roots of h and integrand modes move with theta)
 _MAX_ITER = 100  # Newton iterations per round
 _ROUND0_ITER = 25  # Newton iterations on the first (unsplit) grid
 _M_PAD = 4  # parameter vectors are padded to this length (one compilation for lin, poly_2, poly_3)
-
-
-@dataclasses.dataclass
-class _Problem:
-    """One concave maximisation, written as a convex minimisation F(u) for the solver.
-
-    kind:
-      'renyi_abs' / 'renyi_nonneg': F(u) = E_Q[|h|^A] (or h_+^A), h = 1 + u.(phi - E_P phi).
-      'dv': F(u) = log E_Q[exp(u.phi)] - u.E_P[phi].
-      'fform': F(theta) = -(E_P[theta.phi] - E_Q[f*(theta.phi)]), phi containing a constant column.
-    """
-
-    kind: str
-    fname: str  # the divergence name ('renyi', 'alpha', 'kl', 'chi2', 'hellinger', 'js')
-    alpha: float | None
-    A: float
-    convention: str
-    geometry: Any
-    lo: np.ndarray
-    hi: np.ndarray
-    starts: np.ndarray  # [S, m]
-    to_theta: Callable[[np.ndarray], np.ndarray]  # standardised parameters -> original units
-    # Polynomial classes: (u, grid) -> (u, grid) in a basis adapted to the objective at u.
-    rebase: Callable[[np.ndarray, _Grid], tuple[np.ndarray, _Grid]] | None = None
-    basis_ref: Any = None  # polynomial classes: the current basis (a _BasisRef)
-
-    def mu_p(self, grid: _Grid) -> np.ndarray:
-        return _exp(grid.lwp) @ grid.phi
-
-    def solver_data(self, grid: _Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        mu = self.mu_p(grid)
-        if self.kind.startswith("renyi"):
-            return grid.phi - mu[None, :], grid.lwq, mu
-        return grid.phi, grid.lwq, mu
 
 
 def _objective(kind: str, fname: str | None, phi, lw, mu, a_exp, u):

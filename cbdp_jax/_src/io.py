@@ -1,7 +1,9 @@
 """Atomic output files and run metadata.
 
 Results users keep are written to a temporary file in the same folder and renamed into place, so an
-interrupted run never leaves a half-written file behind.
+interrupted run never leaves a half-written file behind. The temporary files being written are known
+(:func:`remove_partial_writes`): a process stopped from another thread (:mod:`cbdp_jax._src.interrupt`)
+removes them before it exits.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,11 +57,33 @@ def to_json(obj: Any, *, indent: int | None = 2) -> str:
     return json.dumps(_sanitise(plain), indent=indent, sort_keys=False, allow_nan=False)
 
 
+# The temporary files of the writes in progress, and the lock that guards the set (and, held by a
+# process that is stopping, keeps any new write from starting).
+_PARTIAL: set[str] = set()
+_PARTIAL_LOCK = threading.Lock()
+
+
+def remove_partial_writes(timeout: float = 0.5) -> bool:
+    """Deletes the temporary files of writes in progress and blocks new ones; for a process about to end.
+
+    The lock is kept (never released), so no write starts afterwards; a write already past its rename
+    is complete. Returns whether the lock was taken within ``timeout`` seconds (the files are deleted
+    either way).
+    """
+    taken = _PARTIAL_LOCK.acquire(timeout=timeout)
+    for tmp in list(_PARTIAL):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return taken
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with _PARTIAL_LOCK:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        _PARTIAL.add(tmp)
     try:
         # mkstemp creates 0600 files; results are ordinary files, so honour the umask instead.
         umask = os.umask(0)
@@ -73,6 +98,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    finally:
+        _PARTIAL.discard(tmp)
     return path
 
 

@@ -1,7 +1,8 @@
 """The ``cbdp`` command line: exact values, estimates, the demo, paper reproductions, reruns.
 
 Every bad input exits with status 2 and one line ``error: <parameter>=<value> is invalid: <range>`` on
-stderr, without a traceback. Each command's code is in its own module of this package (``exact``,
+stderr, without a traceback; Ctrl-C ends any command with one line ``interrupted`` and status 130
+(within two seconds from the ``cbdp`` executable: :mod:`cbdp_jax._src.interrupt`). Each command's code is in its own module of this package (``exact``,
 ``calibrate``, ``estimate``, ``audit``, ``audit_training``, ``rerun``, ``demo``, ``sweep``,
 ``reproduce``); what several share is in ``_common``. This module holds the app and the entry points.
 """
@@ -78,21 +79,35 @@ for _name, _callback in COMMANDS.items():
 
 
 def main() -> None:
-    """Console entry point: runs the app, turning bad input into a one-line error and exit 2."""
+    """Console entry point: runs the app, turning bad input into a one-line error and exit 2.
+
+    Ctrl-C (``KeyboardInterrupt``, which typer turns into ``Exit(130)``, raised or returned) ends with
+    one line ``interrupted`` on stderr and status 130.
+    """
     try:
         code = app(standalone_mode=False)
     except InvalidParameterError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except typer.Exit as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            _interrupted()
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
-        sys.exit(130)
+        _interrupted()
     except typer.TyperException as exc:  # usage errors: unknown option, bad type
         typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code or 2)
+    if code == 130:  # no command returns 130: typer's Exit(130) for a KeyboardInterrupt, returned
+        _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted() -> None:
+    from cbdp_jax._src.interrupt import EXIT_STATUS, announce
+
+    announce()
+    sys.exit(EXIT_STATUS)
 
 
 # Commands after which the ``cbdp`` executable skips interpreter teardown (see console_main): they
@@ -109,9 +124,22 @@ def console_main() -> None:
     store write as they compile), so those commands flush stdout and stderr and leave with
     ``os._exit`` and main's status. Any other command, an uncaught exception, and in-process callers
     of :func:`main` exit normally.
+
+    Ctrl-C: the watchdog of :mod:`cbdp_jax._src.interrupt` is armed first, so a command stuck in a
+    long compiled program still ends within two seconds; an interrupt that unwound normally (every
+    ``finally`` has run, files are whole or absent) skips the teardown too, which can otherwise wait
+    for a computation still running in XLA's threads.
     """
+    from cbdp_jax._src.interrupt import EXIT_STATUS, install
+
+    install()
     if len(sys.argv) < 2 or sys.argv[1] not in QUICK_EXIT_COMMANDS:
-        main()
+        try:
+            main()
+        except SystemExit as exc:
+            if exc.code == EXIT_STATUS:
+                _quick_exit(EXIT_STATUS)
+            raise
         return
     try:
         main()
@@ -122,6 +150,10 @@ def console_main() -> None:
         if code is not None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
+    _quick_exit(code)
+
+
+def _quick_exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

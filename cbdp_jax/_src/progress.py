@@ -1,0 +1,184 @@
+"""A count and an ETA on one terminal line, for loops that run longer than a few seconds.
+
+:class:`Progress` is a callback ``(done, total)`` a library loop calls after each unit of work (a case,
+a chunk of training runs, a block of optimiser steps). On a terminal it rewrites one line of standard
+error, at most 80 columns (fewer on a narrower terminal)::
+
+    audit --suite  3/8 cases  38%  1m12s elapsed, ETA 1m58s
+
+and erases it when the work ends, so the output that follows starts on a clean line. When standard
+error is not a terminal (piped, redirected, under a test runner) it writes nothing: logs and captured
+output stay free of carriage returns. The ETA is the elapsed time scaled by the share left
+(``elapsed * (total - done) / done``), shown once one unit is done.
+
+Callbacks may come from any thread (a JAX host callback runs in a runtime thread): a lock keeps the
+line whole, and redraws are at most five a second.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+import weakref
+from typing import TextIO
+
+MAX_COLUMNS = 80
+_REDRAW_SECONDS = 0.2
+_ACTIVE: weakref.WeakSet[Progress] = weakref.WeakSet()
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as ``'42s'``, ``'3m05s'`` or ``'2h07m'``."""
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def line(label: str, done: int, total: int | None, elapsed: float, unit: str = "") -> str:
+    """The progress line: label, count, percentage, elapsed time and ETA (no width limit applied)."""
+    noun = f" {unit}" if unit else ""
+    if not total:
+        return f"{label}  {done}{noun}  {duration(elapsed)} elapsed"
+    done = min(done, total)
+    text = f"{label}  {done}/{total}{noun}  {100 * done // total}%  {duration(elapsed)} elapsed"
+    if 0 < done < total:
+        text += f", ETA {duration(elapsed * (total - done) / done)}"
+    return text
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or file-less stream
+        return False
+
+
+class Progress:
+    """One rewritten line on a terminal's standard error; silent when it is not a terminal.
+
+    Use as ``with Progress("audit --suite", total=8, unit="cases") as bar: ... bar.advance()``, or pass
+    the instance as a ``(done, total)`` callback. Instances hash by identity, so one can be a static
+    argument of a compiled program (a host callback).
+
+    Args:
+      label: What is being counted, first on the line.
+      total: The number of units (None: unknown; then no percentage or ETA).
+      unit: The units' name after the count (``'cases'``, ``'runs'``).
+      stream: Where the line goes (default: standard error at the first draw).
+      enabled: Draw even when ``stream`` is not a terminal (True) or never (False); default: only on a
+        terminal.
+
+    """
+
+    def __init__(
+        self,
+        label: str,
+        total: int | None = None,
+        *,
+        unit: str = "",
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+    ) -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.done = 0
+        self._stream = stream
+        self._enabled = enabled
+        self._start = time.monotonic()
+        self._drawn = 0  # characters on the line now
+        self._last = -float("inf")
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr if self._stream is None else self._stream
+
+    @property
+    def shown(self) -> bool:
+        """Whether this bar writes anything."""
+        return _is_terminal(self.stream) if self._enabled is None else self._enabled
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        """Records that ``done`` units of ``total`` (default: the total given before) are finished."""
+        with self._lock:
+            self.done = int(done)
+            if total is not None:
+                self.total = int(total)
+            self._draw(force=self.total is not None and self.done >= self.total)
+
+    def advance(self, n: int = 1) -> None:
+        """Records ``n`` more finished units."""
+        with self._lock:
+            self.done += n
+            self._draw(force=self.total is not None and self.done >= self.total)
+
+    def text(self, width: int | None = None) -> str:
+        """The line as drawn now, cut to ``width`` columns (default: the terminal's, at most 80)."""
+        if width is None:
+            width = min(shutil.get_terminal_size((MAX_COLUMNS, 24)).columns, MAX_COLUMNS)
+        full = line(self.label, self.done, self.total, time.monotonic() - self._start, self.unit)
+        room = max(width - 1, 10)  # the cursor's column: a full-width line would wrap on some terms
+        return full if len(full) <= room else full[: room - 3] + "..."
+
+    def _draw(self, force: bool = False) -> None:
+        if self._closed or not self.shown:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < _REDRAW_SECONDS:
+            return
+        self._last = now
+        text = self.text()
+        _ACTIVE.add(self)
+        self._write("\r" + text + " " * max(self._drawn - len(text), 0))
+        self._drawn = len(text)
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the terminal went away: progress is never worth an error
+            self._closed = True
+
+    def clear(self) -> None:
+        """Erases the line (the next output starts at its first column); the bar stays usable."""
+        if self._drawn:
+            self._write("\r" + " " * self._drawn + "\r")
+            self._drawn = 0
+
+    def close(self) -> None:
+        """Erases the line and stops drawing."""
+        with self._lock:
+            self.clear()
+            self._closed = True
+            _ACTIVE.discard(self)
+
+    def __enter__(self) -> Progress:
+        self._draw(force=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def clear_all() -> None:
+    """Erases every progress line on screen (before a message that must start on a clean line).
+
+    Takes no lock: it is called when the process is being stopped, possibly from another thread
+    while a callback holds one.
+    """
+    for bar in list(_ACTIVE):
+        bar.clear()
+
+
+def for_terminal(label: str, total: int | None = None, *, unit: str = "") -> Progress | None:
+    """A :class:`Progress` when standard error is a terminal, else None (for ``progress=`` hooks)."""
+    bar = Progress(label, total, unit=unit)
+    return bar if bar.shown else None
+
+
+__all__ = ["MAX_COLUMNS", "Progress", "clear_all", "duration", "for_terminal", "line"]

@@ -46,59 +46,25 @@ def _references(mech: str, div: str, alpha: float | None, adversary: str, option
 def run_demo(
     *, samples: int = 100_000, steps: int = 1000, seed: int = 0, out: Path | None = None
 ) -> list[dict[str, Any]]:
-    """Runs the demo table and prints it; optionally writes ``demo.json`` into ``out``."""
-    import jax
-    from rich.progress import Progress
+    """Runs the demo table and prints it; optionally writes ``demo.json`` into ``out``.
 
-    from cbdp_jax._src.estimator import EstimatorConfig, estimate
+    On a terminal, standard error shows the count of estimates done and an ETA while it runs.
+    """
+    import jax
+
     from cbdp_jax._src.io import atomic_write_json, environment_info
-    from cbdp_jax._src.mechanisms import make_mechanism
+    from cbdp_jax._src.progress import Progress
 
     rows: list[dict[str, Any]] = []
     keys = jax.random.split(jax.random.key(seed), len(CASES) * len(CLASSES))
     t0 = time.perf_counter()
-    with Progress(transient=True) as bar:
-        task = bar.add_task("estimating", total=len(keys))
-        i = 0
-        for mech, div, alpha in CASES:
-            mechanism = (
-                make_mechanism("laplace", epsilon=1.0)
-                if mech == "laplace"
-                else make_mechanism("gaussian", sigma=1.0)
-            )
-            for adversary, options in CLASSES:
-                config = EstimatorConfig(
-                    steps=steps, ensemble=4, batch_size=2048, learning_rate=1e-2
-                )
-                res = estimate(
-                    keys[i],
-                    mechanism,
-                    samples=samples,
-                    adversary=adversary,
-                    divergence=div,
-                    alpha=alpha,
-                    config=config,
-                    **options,
-                )
-                ref = _references(mech, div, alpha, adversary, options)
-                rows.append(
-                    {
-                        "mechanism": "Laplace eps=1" if mech == "laplace" else "Gauss sigma=1",
-                        "divergence": res.divergence,
-                        "adversary": res.adversary,
-                        "estimate": res.estimate,
-                        "lower_bound": res.lower_bound,
-                        "std_error": res.std_error,
-                        "bound_reliable": res.bound_reliable,
-                        "bound_on_named_class": res.bound_on_named_class,
-                        "certified_class": res.certified_class,
-                        **ref,
-                        "warnings": list(res.warnings),
-                    }
-                )
-                i += 1
-                bar.advance(task)
-    _print_table(rows, samples, time.perf_counter() - t0)
+    with Progress("cbdp demo", total=len(keys), unit="estimates") as bar:
+        for i, ((mech, div, alpha), (adversary, options)) in enumerate(
+            (case, cls) for case in CASES for cls in CLASSES
+        ):
+            rows.append(_row(keys[i], mech, div, alpha, adversary, options, samples, steps))
+            bar.advance()
+    print(render_table(rows, samples, time.perf_counter() - t0, environment_info()["device"]))
     if out is not None:
         atomic_write_json(
             Path(out) / "demo.json", {"rows": rows, "environment": environment_info()}
@@ -106,57 +72,128 @@ def run_demo(
     return rows
 
 
-def _print_table(rows: list[dict[str, Any]], samples: int, seconds: float) -> None:
-    """The demo's table and its legend, at the terminal's width (``$COLUMNS`` when piped)."""
+def _row(key, mech, div, alpha, adversary, options, samples: int, steps: int) -> dict[str, Any]:
+    """One estimate of the demo, with its exact and unrestricted references."""
+    from cbdp_jax._src.estimator import EstimatorConfig, estimate
+    from cbdp_jax._src.mechanisms import make_mechanism
+
+    mechanism = (
+        make_mechanism("laplace", epsilon=1.0)
+        if mech == "laplace"
+        else make_mechanism("gaussian", sigma=1.0)
+    )
+    config = EstimatorConfig(steps=steps, ensemble=4, batch_size=2048, learning_rate=1e-2)
+    res = estimate(
+        key, mechanism, samples=samples, adversary=adversary, divergence=div, alpha=alpha,
+        config=config, **options,
+    )  # fmt: skip
+    return {
+        "mechanism": "Laplace eps=1" if mech == "laplace" else "Gauss sigma=1",
+        "divergence": res.divergence,
+        "adversary": res.adversary,
+        "estimate": res.estimate,
+        "lower_bound": res.lower_bound,
+        "std_error": res.std_error,
+        "bound_reliable": res.bound_reliable,
+        "bound_on_named_class": res.bound_on_named_class,
+        "certified_class": res.certified_class,
+        "certified_estimate": res.certified_estimate,
+        **_references(mech, div, alpha, adversary, options),
+        "warnings": list(res.warnings),
+    }
+
+
+_COLUMNS = ("class", "estimate", "± SE", "95% lower bound", "exact (H)", "unrestricted")
+
+
+def render_table(
+    rows: list[dict[str, Any]], samples: int, seconds: float, device: str, width: int | None = None
+) -> str:
+    """The demo's tables (one per mechanism and divergence) and legend, at most ``width`` columns.
+
+    ``width`` defaults to the terminal's (``$COLUMNS``, 80 when unset and piped). A row whose bound is
+    on the bounded class ``B tanh(H / B)`` is marked with a letter and has its own line below the
+    table: that class's held-out estimate, which the bound sits under (the named class's estimate
+    may be smaller than a bound on another class).
+    """
+    import textwrap
+
     from rich.console import Console
+
+    console = Console(width=width, record=True, file=_Null(), color_system=None)
+    width = console.width
+    notes: list[str] = []
+    console.print(
+        textwrap.fill(
+            f"Capacity-bounded privacy: held-out estimates ({samples} train / {samples} test "
+            "samples per side) beside exact and analytic values",
+            width,
+        )
+    )
+    for case in dict.fromkeys((r["mechanism"], r["divergence"]) for r in rows):
+        console.print(
+            _case_table(case, [r for r in rows if (r["mechanism"], r["divergence"]) == case], notes)
+        )
+    for note in notes:
+        console.print(textwrap.fill(note, width, subsequent_indent="   "))
+    console.print(textwrap.fill(_LEGEND + f" {seconds:.0f} s on {device}.", width))
+    return "\n".join(line.rstrip() for line in console.export_text().rstrip("\n").splitlines())
+
+
+_LEGEND = (
+    "exact (H): the true restricted value for classes linear in their parameters (quadrature + "
+    "concave solver); unrestricted: the analytic KL / Renyi-DP. Estimates are held-out, so they sit "
+    "at or below the exact value up to noise; the one-sided 95% bound lies below the true value in "
+    "95% of runs, so about one row in twenty may sit above it by chance. '(refused)': the "
+    "asymptotic bound's assumption failed on the held-out data (a tail too heavy to trust the "
+    "CLT), so the bound is the trivial 0."
+)
+
+
+def _case_table(case: tuple[str, str], rows: list[dict[str, Any]], notes: list[str]):
     from rich.table import Table
 
-    from cbdp_jax._src.io import environment_info
-
-    table = Table(
-        title=f"Capacity-bounded privacy: held-out estimates ({samples} train / {samples} test "
-        "samples per side) beside exact and analytic values"
-    )
-    for col in (
-        "mechanism",
-        "divergence",
-        "adversary",
-        "estimate",
-        "95% lower bound",
-        "exact (H)",
-        "unrestricted",
-    ):
-        # fold: a cell too wide for its column continues on the next line, never cut with an ellipsis
+    table = Table(title=f"{case[0]}, {case[1]}", title_justify="left")
+    for col in _COLUMNS:
+        # never narrower than the header's longest word: rich would break it mid-word
         table.add_column(
             col,
-            justify="right" if col not in ("mechanism", "adversary") else "left",
+            justify="left" if col == "class" else "right",
+            min_width=max(len(w) for w in col.split()),
             overflow="fold",
         )
-
-    def f(x):
-        return "-" if x is None else ("+inf" if math.isinf(x) else f"{x:.4f}")
-
     for r in rows:
+        bound = _f(r["lower_bound"]) + ("" if r["bound_reliable"] else " (refused)")
+        if not r["bound_on_named_class"]:
+            mark = chr(ord("a") + len(notes))
+            bound += f" ({mark})"
+            notes.append(
+                f"({mark}) {case[0]}, {case[1]}, {r['adversary']}: the bound {_f(r['lower_bound'])} "
+                f"is on the bounded class {r['certified_class']} (guarantee 'auto' fell back to "
+                f"it), whose own held-out estimate is {_f(r.get('certified_estimate'))}; a bound "
+                "on the unrestricted column, not on exact (H) or the estimate of "
+                f"{r['adversary']}."
+            )
         table.add_row(
-            r["mechanism"],
-            r["divergence"],
             r["adversary"],
-            f"{f(r['estimate'])} ± {r['std_error']:.4f}",
-            f(r["lower_bound"])
-            + ("" if r["bound_reliable"] else " (refused)")
-            + ("" if r["bound_on_named_class"] else " *"),
-            f(r["exact_restricted"]),
-            f(r["unrestricted"]),
+            _f(r["estimate"]),
+            _f(r["std_error"]),
+            bound,
+            _f(r["exact_restricted"]),
+            _f(r["unrestricted"]),
         )
-    console = Console()  # the terminal's width, or $COLUMNS (80 if unset) when piped
-    console.print(table)
-    console.print(
-        "exact (H): the true restricted value for classes linear in their parameters (quadrature + "
-        "concave solver); unrestricted: the analytic KL / Renyi-DP. Estimates are held-out, so they sit "
-        "at or below the exact value up to noise; the one-sided 95% bound lies below the true value in "
-        "95% of runs, so about one row in twenty may sit above it by chance. '(refused)': the "
-        "asymptotic bound's assumption failed on the held-out data (a tail too heavy to trust the "
-        "CLT), so the bound is the trivial 0. '*': a finite-sample bound on the bounded class B tanh(H/B) (guarantee 'auto' fell back to "
-        "it), a bound on the unrestricted column, not on exact (H). "
-        f"{seconds:.0f} s on {environment_info()['device']}."
-    )
+    return table
+
+
+def _f(x) -> str:
+    return "-" if x is None else ("+inf" if math.isinf(x) else f"{x:.4f}")
+
+
+class _Null:
+    """A file that discards what is written (the console records it instead)."""
+
+    def write(self, _text: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass

@@ -8,11 +8,16 @@ error, at most 80 columns (fewer on a narrower terminal)::
 
 and erases it when the work ends, so the output that follows starts on a clean line. When standard
 error is not a terminal (piped, redirected, under a test runner) it writes nothing: logs and captured
-output stay free of carriage returns. The ETA is the elapsed time scaled by the share left
-(``elapsed * (total - done) / done``), shown once one unit is done.
+output stay free of carriage returns. The ETA is the time left at the rate measured since the first
+report of a finished unit (so that start-up and compilation, paid before it, do not inflate it), or,
+until a second report, the elapsed time scaled by the share left (``elapsed * (total - done) /
+done``); it is shown once one unit is done.
 
 Callbacks may come from any thread (a JAX host callback runs in a runtime thread): a lock keeps the
-line whole, and redraws are at most five a second.
+line whole, and redraws are at most five a second. While a bar is open on a terminal a daemon thread
+redraws it every second, so the elapsed time moves even while one long unit runs. Other output to the
+same terminal goes through :meth:`Progress.say` (or follows :meth:`Progress.clear`), which erases the
+line first; the next redraw puts it back under the new text.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TextIO
 
 MAX_COLUMNS = 80
 _REDRAW_SECONDS = 0.2
+_TICK_SECONDS = 1.0
 _ACTIVE: weakref.WeakSet[Progress] = weakref.WeakSet()
 
 
@@ -39,15 +45,25 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def line(label: str, done: int, total: int | None, elapsed: float, unit: str = "") -> str:
-    """The progress line: label, count, percentage, elapsed time and ETA (no width limit applied)."""
+def line(
+    label: str,
+    done: int,
+    total: int | None,
+    elapsed: float,
+    unit: str = "",
+    eta: float | None = None,
+) -> str:
+    """The progress line: label, count, percentage, elapsed time and ETA (no width limit applied).
+
+    ``eta``: seconds left, if known better than ``elapsed * (total - done) / done``.
+    """
     noun = f" {unit}" if unit else ""
     if not total:
         return f"{label}  {done}{noun}  {duration(elapsed)} elapsed"
     done = min(done, total)
     text = f"{label}  {done}/{total}{noun}  {100 * done // total}%  {duration(elapsed)} elapsed"
     if 0 < done < total:
-        text += f", ETA {duration(elapsed * (total - done) / done)}"
+        text += f", ETA {duration(elapsed * (total - done) / done if eta is None else eta)}"
     return text
 
 
@@ -91,8 +107,11 @@ class Progress:
         self._start = time.monotonic()
         self._drawn = 0  # characters on the line now
         self._last = -float("inf")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._closed = False
+        self._first: tuple[float, int] | None = None  # (time, count) of the first unit reported
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
 
     @property
     def stream(self) -> TextIO:
@@ -109,19 +128,33 @@ class Progress:
             self.done = int(done)
             if total is not None:
                 self.total = int(total)
-            self._draw(force=self.total is not None and self.done >= self.total)
+            self._update()
 
     def advance(self, n: int = 1) -> None:
         """Records ``n`` more finished units."""
         with self._lock:
             self.done += n
-            self._draw(force=self.total is not None and self.done >= self.total)
+            self._update()
+
+    def _update(self) -> None:
+        if self._first is None and self.done > 0:
+            self._first = (time.monotonic(), self.done)
+        self._draw(force=self.total is not None and self.done >= self.total)
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate since the first report (None before a second report)."""
+        if self._first is None or not self.total or self.done <= self._first[1]:
+            return None
+        t1, n1 = self._first
+        rate = (self.done - n1) / max(time.monotonic() - t1, 1e-9)
+        return (self.total - self.done) / rate
 
     def text(self, width: int | None = None) -> str:
         """The line as drawn now, cut to ``width`` columns (default: the terminal's, at most 80)."""
         if width is None:
             width = min(shutil.get_terminal_size((MAX_COLUMNS, 24)).columns, MAX_COLUMNS)
-        full = line(self.label, self.done, self.total, time.monotonic() - self._start, self.unit)
+        elapsed = time.monotonic() - self._start
+        full = line(self.label, self.done, self.total, elapsed, self.unit, self.eta())
         room = max(width - 1, 10)  # the cursor's column: a full-width line would wrap on some terms
         return full if len(full) <= room else full[: room - 3] + "..."
 
@@ -150,15 +183,31 @@ class Progress:
             self._write("\r" + " " * self._drawn + "\r")
             self._drawn = 0
 
+    def say(self, text: str, stream: TextIO | None = None) -> None:
+        """Prints ``text`` (a line, to ``stream``, default standard output) above the bar."""
+        with self._lock:
+            self.clear()
+            print(text, file=sys.stdout if stream is None else stream, flush=True)
+            self._draw(force=True)
+
     def close(self) -> None:
         """Erases the line and stops drawing."""
+        self._stop.set()
         with self._lock:
             self.clear()
             self._closed = True
             _ACTIVE.discard(self)
 
+    def _tick(self) -> None:
+        while not self._stop.wait(_TICK_SECONDS):
+            with self._lock:
+                self._draw(force=True)
+
     def __enter__(self) -> Progress:
         self._draw(force=True)
+        if self.shown and self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="cbdp-progress", daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

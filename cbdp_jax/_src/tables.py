@@ -1,15 +1,15 @@
-"""One result as a table that fits the terminal, with every number shown in full.
+"""One result as a table that fits the terminal, with every number readable.
 
 A result is one record of named fields. It is drawn as one row under a header when that fits the
 terminal's width, otherwise as a vertical key/value table (one field per line), which fits 80 columns.
-Numbers are never cut: a float is written as Python's shortest round-trip form, the same digits as the
-``--format json`` output, and a value too long for its column is wrapped onto several lines at its
-spaces (a list of numbers between numbers, prose between words), never cut.
+A float is rounded for reading (:func:`cbdp_jax._src.display.number`: 4 significant digits); the
+``--format json`` output and ``result.json`` keep every digit. A value too long for its column is
+wrapped onto several lines at its spaces (a list of numbers between numbers, prose between words),
+never cut.
 """
 
 from __future__ import annotations
 
-import math
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -20,15 +20,15 @@ _TABLE_OVERHEAD = 1
 
 
 def cell(value: Any) -> str:
-    """A value as text: floats in shortest round-trip form (as JSON writes them), +inf / -inf, None as -."""
+    """A value as text: floats rounded for reading (4 significant digits), +inf / -inf, None as -."""
+    from cbdp_jax._src.display import number
+
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        if math.isinf(value):
-            return "+inf" if value > 0 else "-inf"
-        return repr(value)
+        return number(value)
     if isinstance(value, (list, tuple)):
         return ", ".join(cell(v) for v in value)
     return str(value)
@@ -76,8 +76,7 @@ def render_record(title: str, fields: Sequence[tuple[str, Any]], width: int) -> 
 def _wrapped(text: str, room: int) -> str:
     """``text`` on lines of at most ``room`` characters, broken at spaces.
 
-    A word longer than a line (a path) is broken inside; a number never is: its longest form, 24
-    characters, fits.
+    A word longer than a line (a path) is broken inside; a number never is: its longest form fits.
     """
     if len(text) <= room:
         return text

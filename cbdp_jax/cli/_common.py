@@ -83,3 +83,18 @@ def _check_adversary_flags(adversary: str, given: dict[str, Any]) -> None:
             + ", ".join(users)
             + ")"
         )
+
+
+def progress_hook(fn, bar) -> dict[str, Any]:
+    """``{'progress': bar}`` when the library function ``fn`` takes a ``progress`` callback, else ``{}``.
+
+    The command line shows a count and an ETA wherever the library reports its loop's progress; a
+    function that does not (yet) gets only the bar's elapsed time, drawn by the bar itself.
+    """
+    import inspect
+
+    try:
+        takes = "progress" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"progress": bar} if takes and bar is not None else {}

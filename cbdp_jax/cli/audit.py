@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from cbdp_jax._src.display import NOTHING, NOTHING_MEANS, certified_text
+from cbdp_jax._src.progress import Progress
 from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
-from cbdp_jax.cli._common import FORMATS, _echo_wrapped
+from cbdp_jax.cli._common import FORMATS, _echo_wrapped, progress_hook
 
 
 def audit_cmd(
@@ -26,6 +29,14 @@ def audit_cmd(
     ] = None,
     d: Annotated[str | None, typer.Option("--d", help="dataset D as JSON, e.g. [0,1,1]")] = None,
     d_prime: Annotated[str | None, typer.Option("--d-prime", help="neighbour D' as JSON")] = None,
+    relation: Annotated[
+        str | None,
+        typer.Option(
+            help="with --d: the neighbouring relation D and D' must satisfy, checked before any "
+            "work: replace-one (default; one record differs), zero-out, add-remove (one record "
+            "added), or any (no check)"
+        ),
+    ] = None,
     space: Annotated[
         str | None,
         typer.Option(
@@ -94,7 +105,7 @@ def audit_cmd(
     )  # fmt: skip
     if suite:
         return _audit_suite(config, seed, output_format, out)
-    result = _audit_one(mechanism, claim, (d, d_prime, space, pairs), config, seed)
+    result = _audit_one(mechanism, claim, (d, d_prime, space, pairs, relation), config, seed)
     _emit_audit(result, output_format, out)
     if output_format == "json":
         typer.echo(to_json(result.to_dict()))
@@ -117,10 +128,11 @@ def _audit_one(mechanism, claim, where, config, seed):
     parsed = au.parse_claim(claim)
     mech = au.load_mechanism(mechanism)
     pair, space_obj, candidates = _audit_pairs(*where)
-    return au.audit(
-        jax.random.key(seed), mech, parsed, pair=pair, space=space_obj, candidates=candidates,
-        config=config,
-    )  # fmt: skip
+    with Progress("cbdp audit") as bar:
+        return au.audit(
+            jax.random.key(seed), mech, parsed, pair=pair, space=space_obj, candidates=candidates,
+            config=config, **progress_hook(au.audit, bar),
+        )  # fmt: skip
 
 
 def _parse_classes(text: str) -> tuple[str, ...]:
@@ -131,16 +143,24 @@ def _parse_classes(text: str) -> tuple[str, ...]:
     return names
 
 
-def _audit_pairs(d, d_prime, space, pairs):
-    """The given pair, or the space and candidates to search."""
+def _audit_pairs(d, d_prime, space, pairs, relation=None):
+    """The given pair (checked against ``relation``), or the space and candidates to search."""
     from cbdp_jax._src import audit as au
     from cbdp_jax._src.audit_io import load_mechanism, parse_dataset
+    from cbdp_jax._src.neighbours import check_pair
 
     if (d is None) != (d_prime is None):
         missing = "d_prime" if d_prime is None else "d"
         raise InvalidParameterError(f"{missing}=None is invalid: --d and --d-prime go together")
     if d is not None:
-        return (parse_dataset("d", d), parse_dataset("d_prime", d_prime)), None, None
+        pair = (parse_dataset("d", d), parse_dataset("d_prime", d_prime))
+        check_pair(*pair, "replace-one" if relation is None else relation)
+        return pair, None, None
+    if relation is not None:
+        raise InvalidParameterError(
+            f"relation={relation!r} is invalid without --d and --d-prime: a searched space names "
+            'its relation in --space ("relation": ...), and --pairs candidates are taken as given'
+        )
     space_obj = None
     if space is not None:
         try:
@@ -184,17 +204,19 @@ def _emit_audit(result, output_format: str, out: Path | None) -> None:
         write_report(result, Path(out))
     if output_format == "json":
         return
-    typer.echo(f"cbdp audit: {result.mechanism}, claim {result.claim}")
-    typer.echo(f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}")
+    _echo_wrapped(f"cbdp audit: {result.mechanism}, claim {result.claim}")
+    _echo_wrapped(f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}")
     typer.echo(f"{'class':<22} {'dir':<5} {result.grid_name:>8} {'claimed':>10} {'certified':>10}")
     for r in result.rows:
         typer.echo(
             f"{r.critic[:22]:<22} {r.direction:<5} {r.grid:>8.3g} {r.claimed:>10.4g} "
-            f"{r.lower_bound:>10.4g}" + ("  VIOLATION" if r.violation else "")
+            f"{certified_text(r.lower_bound):>10}" + ("  VIOLATION" if r.violation else "")
         )
     notes = dict.fromkeys(r.note for r in result.rows if r.note)
     for note in notes:
         _echo_wrapped(f"note: {note}")
+    if any(not r.lower_bound > 0 for r in result.rows):
+        _echo_wrapped(f"certified {NOTHING}: {NOTHING_MEANS}")
     _echo_wrapped(result.verdict)
 
 
@@ -205,6 +227,7 @@ def _rounded(x) -> list:
 
 
 def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> None:
+    """Audits every suite case, one row each (80 columns), with a count and an ETA on a terminal."""
     import jax
 
     from cbdp_jax._src import audit as au
@@ -212,21 +235,60 @@ def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> Non
     from cbdp_jax._src.io import to_json
 
     records = []
-    for i, case in enumerate(SUITE):
-        result = au.audit(
-            jax.random.fold_in(jax.random.key(seed), i), au.load_mechanism(case.fn, case.name),
-            case.claim, space=case.space, candidates=[as_arrays(case.paper_pair)], config=config,
-        )  # fmt: skip
-        rec = result.to_dict() | {"flawed": case.flawed, "beyond_sampling": case.beyond_sampling}
-        records.append(rec)
-        if out is not None:
-            _emit_audit(result, "json", Path(out) / case.name)
+    with Progress("cbdp audit --suite", total=len(SUITE), unit="cases") as bar:
         if output_format == "table":
-            flag = "VIOLATION" if result.violation else "no violation"
-            best = result.strongest()
-            typer.echo(
-                f"{case.name:<28} flawed={case.flawed!s:<5} {flag:<13} "
-                f"certified {best.lower_bound:.4g} vs {best.claimed:.4g}  {result.seconds:.0f} s"
-            )
+            bar.say(_SUITE_HEADER)
+        for i, case in enumerate(SUITE):
+            result = au.audit(
+                jax.random.fold_in(jax.random.key(seed), i), au.load_mechanism(case.fn, case.name),
+                case.claim, space=case.space, candidates=[as_arrays(case.paper_pair)],
+                config=config,
+            )  # fmt: skip
+            rec = result.to_dict() | {
+                "flawed": case.flawed,
+                "beyond_sampling": case.beyond_sampling,
+            }
+            records.append(rec)
+            if out is not None:
+                _emit_audit(result, "json", Path(out) / case.name)
+            if output_format == "table":
+                for line in _suite_lines(case, result):
+                    bar.say(line)
+            bar.advance()
     if output_format == "json":
         typer.echo(to_json({"suite": records}))
+    else:
+        _echo_wrapped(_SUITE_LEGEND)
+
+
+_SUITE_HEADER = (
+    f"{'case':<27} {'flawed':<6} {'verdict':<9} {'certified':>9} {'claimed':>9} {'expected':>8} "
+    f"{'s':>4}"
+)
+_SUITE_LEGEND = (
+    "flawed: the literature shows the mechanism's claim false (else it is the correct twin). "
+    "certified: the strongest certified lower bound (family-wise), beside the claimed value at the "
+    "same point. expected: the verdict is what the case is there to show."
+)
+
+
+def _suite_lines(case, result) -> list[str]:
+    """A suite case's row (at most 80 columns) and, where the outcome needs one, the reason."""
+    best = result.strongest()
+    verdict = "VIOLATION" if result.violation else "none"
+    beyond = case.flawed and case.beyond_sampling and not result.violation
+    expected = result.violation == case.flawed or beyond
+    row = (
+        f"{case.name[:27]:<27} {'yes' if case.flawed else 'no':<6} {verdict:<9} "
+        f"{certified_text(best.lower_bound):>9} {best.claimed:>9.4g} {'yes' if expected else 'NO':>8} "
+        f"{result.seconds:>4.0f}"
+    )
+    if beyond:
+        why = "expected: the flaw is beyond what sampling can certify. " + case.description
+    elif not expected and case.flawed:
+        why = "a false claim the audit did not refute: " + case.description
+    elif not expected:
+        why = "a violation certified for a correct mechanism: " + case.description
+    else:
+        return [row]
+    return [row, *textwrap.wrap(why, 78, initial_indent="  ", subsequent_indent="  ")]

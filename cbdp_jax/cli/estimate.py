@@ -94,14 +94,13 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     if args["dtype"] == "float64":
         jax.config.update("jax_enable_x64", True)
     if progress:
-        from rich.progress import Progress
+        from cbdp_jax._src.progress import Progress
 
         blocks = max(args["steps"] // cfg_kwargs["eval_every"], 1)
         directions = 2 if args["both_directions"] else 1
-        bar = Progress(transient=True)
-        task = bar.add_task("training adversaries", total=blocks * directions)
-        cfg_kwargs["progress"] = _ProgressHook(bar, task)
-        bar.start()
+        bar = Progress("cbdp estimate: training", total=blocks * directions, unit="blocks")
+        cfg_kwargs["progress"] = _ProgressHook(bar)
+        bar.__enter__()
     try:
         config = EstimatorConfig(**cfg_kwargs)
         # Every CLI call is a cold start: run the compiled programs a previous process stored.
@@ -122,7 +121,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         )
     finally:
         if bar is not None:
-            bar.stop()
+            bar.close()
     return result
 
 
@@ -152,13 +151,20 @@ def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
 
 
 class _ProgressHook:
-    """A hashable host callback advancing a rich progress bar (one instance per command run)."""
+    """A hashable host callback for the estimator's ``progress`` (one instance per command run).
 
-    def __init__(self, bar, task):
-        self.bar, self.task = bar, task
+    Called with a block index (one more block of optimiser steps done: the bar advances by one) or
+    with ``(done, total)`` (the bar shows that count).
+    """
 
-    def __call__(self, index) -> None:
-        self.bar.advance(self.task)
+    def __init__(self, bar):
+        self.bar = bar
+
+    def __call__(self, *args) -> None:
+        if len(args) == 2:
+            self.bar(int(args[0]), int(args[1]))
+        else:
+            self.bar.advance()
 
 
 _OPTION_KEYS = ("width", "depth", "degree", "features", "bandwidth", "bound")
@@ -455,9 +461,17 @@ def _emit(
     if result.input_map != "standard" or " trained" in result.input_map_choice:
         _echo_wrapped(f"input map: {result.input_map} ({result.input_map_choice})")
     if not result.bound_reliable and result.refusal:
-        typer.echo(f"bound refused: {result.refusal}", err=True)
+        _echo_wrapped(f"bound refused: {result.refusal}", err=True)
     for w in result.warnings:
-        typer.echo(f"warning: {w}", err=True)
+        _echo_wrapped(f"warning: {w}", err=True)
+
+
+def _bound_class_estimate_differs(record: dict[str, Any]) -> bool:
+    """Whether the lower bound's class has its own estimate, other than the named class's."""
+    value = record.get("certified_estimate")
+    return value is not None and (
+        not record.get("bound_on_named_class", True) or value != record["estimate"]
+    )
 
 
 def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -471,6 +485,12 @@ def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:
         ("lower_bound", record["lower_bound"]),
         ("bound on class", record.get("certified_class")),
         ("bounds D^H of named", record.get("bound_on_named_class")),
+    ]
+    if _bound_class_estimate_differs(record):
+        # the bound is on another class (B tanh(H / B), or a shrunk critic): its own held-out estimate
+        # is what the bound sits under, not the estimate of the named class above
+        fields.append(("estimate of bound's class", record["certified_estimate"]))
+    fields += [
         ("guarantee", record.get("guarantee")),
         ("confidence", record["confidence"]),
         ("std_error", record["std_error"]),

@@ -32,6 +32,7 @@ from typing import TextIO
 MAX_COLUMNS = 80
 _REDRAW_SECONDS = 0.2
 _TICK_SECONDS = 1.0
+DELAY_SECONDS = 1.0  # a command done sooner never shows a bar
 _ACTIVE: weakref.WeakSet[Progress] = weakref.WeakSet()
 
 
@@ -88,6 +89,7 @@ class Progress:
       stream: Where the line goes (default: standard error at the first draw).
       enabled: Draw even when ``stream`` is not a terminal (True) or never (False); default: only on a
         terminal.
+      delay: Seconds before the first draw (work done sooner leaves the screen untouched).
 
     """
 
@@ -99,11 +101,13 @@ class Progress:
         unit: str = "",
         stream: TextIO | None = None,
         enabled: bool | None = None,
+        delay: float = DELAY_SECONDS,
     ) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.done = 0
         self._stream = stream
         self._enabled = enabled
+        self.delay = delay
         self._start = time.monotonic()
         self._drawn = 0  # characters on the line now
         self._last = -float("inf")
@@ -162,7 +166,7 @@ class Progress:
         if self._closed or not self.shown:
             return
         now = time.monotonic()
-        if not force and now - self._last < _REDRAW_SECONDS:
+        if now - self._start < self.delay or (not force and now - self._last < _REDRAW_SECONDS):
             return
         self._last = now
         text = self.text()

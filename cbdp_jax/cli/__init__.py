@@ -82,7 +82,8 @@ def main() -> None:
     """Console entry point: runs the app, turning bad input into a one-line error and exit 2.
 
     Ctrl-C (``KeyboardInterrupt``, which typer turns into ``Exit(130)``, raised or returned) ends with
-    one line ``interrupted`` on stderr and status 130.
+    one line ``interrupted`` on stderr and status 130. XLA running out of memory ends with one line and
+    status 1 (sizes the command line can check beforehand are refused with status 2).
     """
     try:
         code = app(standalone_mode=False)
@@ -98,6 +99,14 @@ def main() -> None:
     except typer.TyperException as exc:  # usage errors: unknown option, bad type
         typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code or 2)
+    except Exception as exc:
+        from cbdp_jax._src.sizes import out_of_memory_text
+
+        line = out_of_memory_text(exc)
+        if line is None:
+            raise
+        typer.echo(f"error: {line}", err=True)  # one line, not XLA's traceback
+        sys.exit(1)
     if code == 130:  # no command returns 130: typer's Exit(130) for a KeyboardInterrupt, returned
         _interrupted()
     sys.exit(code if isinstance(code, int) else 0)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from cbdp_jax._src.validation import check_choice, check_int_at_least, check_output_folder
-from cbdp_jax.cli._common import FORMATS
+from cbdp_jax._src.progress import Progress
+from cbdp_jax._src.validation import (
+    check_choice,
+    check_in_range,
+    check_int_at_least,
+    check_output_folder,
+)
+from cbdp_jax.cli._common import FORMATS, _echo_wrapped, progress_hook
 from cbdp_jax.cli.audit import _emit_audit
 
 
@@ -25,11 +32,11 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
     if output_format == "json":
         typer.echo(to_json(record))
         return
-    typer.echo(
+    _echo_wrapped(
         f"cbdp audit-training: {problem.name}, {problem.examples - 1} examples + canary, "
         f"{training['steps']} steps, q = {problem.sampling_rate:.4g}, {training['threat']} threat"
     )
-    typer.echo(
+    _echo_wrapped(
         f"{2 * training['runs_per_side']} trainings (D: canary in, D': canary zeroed) and audit: "
         f"{training['seconds']:.1f} s"
     )
@@ -110,6 +117,10 @@ def audit_training_cmd(
 
     check_choice("format", output_format, FORMATS)
     check_int_at_least("runs", runs, 100)
+    # the options' own names (the library's errors name its parameters: noise_multiplier, n)
+    check_in_range("noise", noise, 0.0, math.inf)
+    if examples is not None:
+        check_int_at_least("examples", examples, 2)
     if out is not None:
         check_output_folder("out", out)
     problem = build_problem(
@@ -122,7 +133,11 @@ def audit_training_cmd(
     parsed = au.parse_claim(text)
     config = ta.training_audit_config(parsed.epsilon, samples=runs, confidence=confidence)
     start = time.perf_counter()
-    result = ta.audit_training(jax.random.key(seed), problem, text, config=config)
+    with Progress("cbdp audit-training", total=2 * runs, unit="runs") as bar:
+        hook = progress_hook(ta.audit_training, bar)
+        if not hook:  # no count from the library: the bar shows the elapsed time only
+            bar.total = None
+        result = ta.audit_training(jax.random.key(seed), problem, text, config=config, **hook)
     seconds = time.perf_counter() - start
     if data == "worst-case":  # the setup's own model and step size
         model, learning_rate = "single-weight", 1e-6

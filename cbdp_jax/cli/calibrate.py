@@ -7,8 +7,11 @@ from typing import Annotated
 
 import typer
 
+from cbdp_jax._src.progress import Progress
 from cbdp_jax._src.validation import InvalidParameterError, check_choice
 from cbdp_jax.cli._common import FORMATS, _print_record
+
+DEFAULT_ALPHA = 2.0
 
 
 def calibrate_cmd(
@@ -19,7 +22,9 @@ def calibrate_cmd(
     adversary: Annotated[str, typer.Option(help="linear, poly or unrestricted")] = "linear",
     degree: Annotated[int, typer.Option(help="polynomial degree for --adversary poly")] = 1,
     divergence: Annotated[str, typer.Option(help="kl or renyi")] = "renyi",
-    alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="Renyi order, > 1 (default 2 with --divergence renyi)")
+    ] = None,
     sensitivity: Annotated[float, typer.Option(help="the shift v (clipping norm), > 0")] = 1.0,
     sampling_rate: Annotated[
         float | None, typer.Option(help="subsampled-gaussian: Poisson sampling rate q")
@@ -42,19 +47,27 @@ def calibrate_cmd(
             "sampling_rate=None is invalid for mechanism 'subsampled-gaussian': give "
             "--sampling-rate q in (0, 1]"
         )
+    if family != "subsampled_gaussian" and sampling_rate is not None:
+        raise InvalidParameterError(
+            f"sampling_rate={sampling_rate!r} is invalid for mechanism {mechanism!r}: only "
+            "subsampled-gaussian takes it (--mechanism subsampled-gaussian)"
+        )
+    if divergence == "renyi" and alpha is None:
+        alpha = DEFAULT_ALPHA  # shown in the table and the JSON record
     t0 = time.perf_counter()
-    res = calibrate(
-        family,
-        target,
-        adversary,
-        divergence,
-        alpha=alpha,
-        degree=degree,
-        sensitivity=sensitivity,
-        sampling_rate=sampling_rate,
-        steps=steps,
-        direction=direction,
-    )
+    with Progress("cbdp calibrate"):
+        res = calibrate(
+            family,
+            target,
+            adversary,
+            divergence,
+            alpha=alpha,
+            degree=degree,
+            sensitivity=sensitivity,
+            sampling_rate=sampling_rate,
+            steps=steps,
+            direction=direction,
+        )
     record = {**res.to_dict(), "seconds": time.perf_counter() - t0}
     record["mechanism"] = mechanism
     if output_format == "json":
@@ -62,4 +75,6 @@ def calibrate_cmd(
         return
     name = res.calibration.parameter
     columns = ["adversary", "divergence", "target", name, f"unrestricted_{name}", "noise_saved"]
+    if res.calibration.alpha is not None:
+        columns.insert(2, "alpha")
     _print_record("cbdp calibrate", [(k, record[k]) for k in columns])

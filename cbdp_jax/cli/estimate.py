@@ -93,6 +93,8 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     )
     if args["dtype"] == "float64":
         jax.config.update("jax_enable_x64", True)
+    if mech is not None:
+        _check_samples_fit(args, mech.dim)
     if progress:
         from cbdp_jax._src.progress import Progress
 
@@ -138,6 +140,7 @@ def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
             f"q_samples={args['q_samples']!r} is invalid: its rows have {q.shape[1]} values, "
             f"those of p_samples {p.shape[1]}"
         )
+    _check_files_fit(args, p, q)
     return estimate_from_samples(
         keys.from_seed(args["seed"]),
         p,
@@ -148,6 +151,34 @@ def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
         config=config,
         **options,
     )
+
+
+def _check_samples_fit(args: dict[str, Any], dim: int) -> None:
+    """``--samples`` refused in one line when the samples cannot fit in memory (before any draw)."""
+    import numpy as np
+
+    from cbdp_jax._src.sizes import check_fits, estimate_bytes
+
+    itemsize = np.dtype(args["dtype"]).itemsize
+    needed = estimate_bytes(args["samples"], None, dim, itemsize)
+    what = (
+        f"its samples (both sides: training, validation, padded copies and a test chunk; {dim} "
+        f"{args['dtype']} value{'s' if dim > 1 else ''} each)"
+    )
+    check_fits("samples", args["samples"], needed, what)
+
+
+def _check_files_fit(args: dict[str, Any], p, q) -> None:
+    """Sample files: every value representable in the run's dtype, and their copies in memory."""
+    import numpy as np
+
+    from cbdp_jax._src.sizes import check_fits, check_representable
+
+    check_representable("p_samples", repr(args["p_samples"]), p, args["dtype"])
+    check_representable("q_samples", repr(args["q_samples"]), q, args["dtype"])
+    itemsize = np.dtype(args["dtype"]).itemsize
+    needed = 3 * (p.shape[0] + q.shape[0]) * p.shape[1] * itemsize  # shuffled parts and padding
+    check_fits("p_samples", args["p_samples"], needed, "the samples' copies in the run's dtype")
 
 
 class _ProgressHook:
@@ -171,14 +202,18 @@ _OPTION_KEYS = ("width", "depth", "degree", "features", "bandwidth", "bound")
 
 
 def _mechanism_label(args: dict[str, Any], params: dict[str, Any]) -> str:
-    """E.g. ``'laplace eps=1, sensitivity 1'`` or ``'randomized_response eps=1, k=2'``."""
+    """E.g. ``'laplace eps=1, sensitivity 1'`` or ``'gaussian sigma=1 (default), sensitivity 1'``."""
     parts = []
+
+    def given(name: str) -> str:  # a value the user did not give is labelled as the default
+        return "" if args.get(name) is not None else " (default)"
+
     if "epsilon" in params:
-        parts.append(f"eps={params['epsilon']:g}")
+        parts.append(f"eps={params['epsilon']:g}{given('epsilon')}")
     if "sigma" in params:
-        parts.append(f"sigma={params['sigma']:g}")
+        parts.append(f"sigma={params['sigma']:g}{given('sigma')}")
     if "k" in params:
-        parts.append(f"k={params['k']}")
+        parts.append(f"k={params['k']}{given('k')}")
     if args["mechanism"] in ("laplace", "gaussian", "nonprivate"):
         sens = params.get("sensitivity") or (1.0,)
         parts.append("sensitivity " + ",".join(f"{v:g}" for v in sens))
@@ -303,8 +338,10 @@ def _plot_curve(record: dict[str, Any], path: Path) -> dict[str, Any]:
 def estimate_cmd(
     ctx: typer.Context,
     mechanism: Annotated[str, typer.Option(help=", ".join(ESTIMATE_MECHANISMS))] = "laplace",
-    epsilon: Annotated[float | None, typer.Option(help="Laplace / randomized response")] = None,
-    sigma: Annotated[float | None, typer.Option(help="Gaussian noise std")] = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Laplace / randomized response (default 1)")
+    ] = None,
+    sigma: Annotated[float | None, typer.Option(help="Gaussian noise std (default 1)")] = None,
     sensitivity: Annotated[
         str | None, typer.Option(help="per-coordinate shift, e.g. 1,0.5")
     ] = None,

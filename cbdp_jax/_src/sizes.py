@@ -1,0 +1,121 @@
+"""Sample counts checked against the memory available, before any sample is drawn.
+
+A sample count too large for the machine otherwise ends deep inside XLA: an out-of-memory traceback
+of seventy lines, a C++ abort (``Check failed: buffer_.IsConcrete()``, exit 134) past 2^32 elements,
+or the kernel's out-of-memory killer. The command line checks first and refuses in one line naming
+the option, the bytes needed and the bytes available (exit status 2).
+
+What an estimate holds at once (the estimator's own accounting, :mod:`cbdp_jax._src.estimator`):
+the training and validation samples of both sides, the training arrays again padded to their bucket,
+and one chunk of test samples per side, each row ``dim`` values of the run's dtype. Test samples are
+drawn and evaluated chunk by chunk, so their total does not count.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cbdp_jax._src.validation import InvalidParameterError
+
+# Of the memory found available, at most this share may hold the samples (the rest: programs,
+# intermediates, the interpreter).
+MEMORY_SHARE = 0.8
+EVAL_CHUNK = 16384  # test rows evaluated at once (EstimatorConfig.eval_chunk's default)
+
+
+def available_bytes() -> int | None:
+    """Memory free for samples, in bytes; None when unknown (then nothing is refused).
+
+    The default device's free memory where it reports it, else the host's ``MemAvailable``.
+    """
+    try:
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 -- a backend without memory statistics
+        stats = {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def estimate_bytes(
+    samples: int, val_samples: int | None, dim: int, itemsize: int, eval_chunk: int = EVAL_CHUNK
+) -> int:
+    """Bytes an estimate with ``samples`` training samples per side holds at once (see module doc)."""
+    val = max(samples // 4, 1000) if val_samples is None else val_samples
+    rows = 2 * (2 * samples + val) + 2 * min(samples, eval_chunk)
+    return rows * dim * itemsize
+
+
+def size_text(n: float) -> str:
+    """Bytes for people: ``'12.3 GiB'``, ``'450 MiB'``."""
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
+def check_fits(option: str, value: object, needed: int, what: str) -> None:
+    """Refuses ``value`` of ``option`` in one line when ``needed`` bytes would not fit in memory.
+
+    Raises:
+      InvalidParameterError: ``option=value is invalid: <what> need about X of memory and Y is
+        available ...``.
+
+    """
+    free = available_bytes()
+    if free is None or needed <= MEMORY_SHARE * free:
+        return
+    raise InvalidParameterError(
+        f"{option}={value!r} is invalid: {what} need about {size_text(needed)} of memory and "
+        f"{size_text(free)} is available (at most {MEMORY_SHARE:.0%} of it for samples); use fewer "
+        "samples"
+    )
+
+
+def check_representable(option: str, shown: str, arr, dtype: str) -> None:
+    """Refuses samples beyond ``dtype``'s range (they would turn into inf when cast), naming ``option``."""
+    import numpy as np
+
+    largest = float(np.finfo(np.dtype(dtype)).max)
+    if arr.size == 0:
+        return
+    biggest = float(np.max(np.abs(arr)))
+    if biggest > largest:
+        rows = int(np.sum(np.any(np.abs(arr) > largest, axis=tuple(range(1, arr.ndim)))))
+        raise InvalidParameterError(
+            f"{option}={shown} is invalid: {rows} of its rows hold values beyond {dtype}'s range "
+            f"(largest magnitude {biggest:.3g} > {largest:.3g}); rescale the samples, or use "
+            "--dtype float64"
+        )
+
+
+def out_of_memory_text(exc: BaseException) -> str | None:
+    """One line for an XLA out-of-memory error (``RESOURCE_EXHAUSTED``), or None for another error."""
+    text = str(exc)
+    if type(exc).__name__ != "JaxRuntimeError" or "RESOURCE_EXHAUSTED" not in text:
+        return None
+    first = text.strip().splitlines()[0].strip()
+    return (
+        f"out of memory: {first}; the run holds too much at once: use fewer samples (--samples, "
+        "--test-samples, --runs), a smaller --batch-size or --chunk where the command has one"
+    )
+
+
+__all__ = [
+    "MEMORY_SHARE",
+    "available_bytes",
+    "check_fits",
+    "check_representable",
+    "estimate_bytes",
+    "out_of_memory_text",
+    "size_text",
+]

@@ -4,13 +4,16 @@ A first ``cbdp estimate`` process spends most of its time compiling; with the ca
 with the same shapes loads the compiled programs from disk instead. The folder is
 ``$CBDP_JAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/cbdp_jax/jax``, else ``~/.cache/cbdp_jax/jax``.
 Opt out with ``CBDP_JAX_COMPILATION_CACHE=0``; a cache folder already configured (by the user or
-``JAX_COMPILATION_CACHE_DIR``) is kept.
+``JAX_COMPILATION_CACHE_DIR``) is kept. The folder is created private (0700) and used only when no other
+user can write into it (:mod:`cbdp_jax._src.store_safety`; otherwise one warning and no cache).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from cbdp_jax._src import store_safety
 
 MIN_COMPILE_SECONDS = 0.0  # every program, even the small eager ones (each saves its compile)
 
@@ -42,7 +45,8 @@ def enable_compilation_cache() -> Path | None:
         return Path(jax.config.jax_compilation_cache_dir)
     folder = cache_folder()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if not store_safety.make_private(folder):
+            return None  # others could write there: no cache (store_safety warned once)
     except OSError:
         return None  # a read-only home: run without the cache rather than fail
     jax.config.update("jax_compilation_cache_dir", str(folder))

@@ -77,18 +77,23 @@ def remove_partial_writes(timeout: float = 0.5) -> bool:
     return taken
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> Path:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    ``mode``: the file's permissions (default: 0666 less the umask, as for any file the user makes).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _PARTIAL_LOCK:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         _PARTIAL.add(tmp)
     try:
-        # mkstemp creates 0600 files; results are ordinary files, so honour the umask instead.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if mode is None:
+            # mkstemp creates 0600 files; results are ordinary files, so honour the umask instead.
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

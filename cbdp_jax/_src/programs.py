@@ -50,8 +50,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from cbdp_jax._src import store_safety
 from cbdp_jax._src.cache import cache_folder, opted_out
-from cbdp_jax._src.io import atomic_write_bytes
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _STATE = {"depth": 0}
@@ -250,6 +250,8 @@ def _key(name: str, statics: str, args: tuple, kwargs: dict) -> str | None:
 def _load(path: Path) -> Any | None:
     from jax.experimental import serialize_executable
 
+    if not store_safety.trusted(cache_folder(), path):
+        return None  # a file or folder another user could have written: never unpickled
     try:
         payload, in_tree, out_tree = pickle.loads(path.read_bytes())
         compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
@@ -295,8 +297,8 @@ def _store(path: Path, compiled: Any) -> None:
 
     try:
         blob = pickle.dumps(serialize_executable.serialize(compiled))
-        atomic_write_bytes(path, blob)
-        prune(path.parent, max_bytes())
+        if store_safety.write_private(cache_folder(), path, blob):
+            prune(path.parent, max_bytes())
     except Exception:  # noqa: BLE001 -- not serialisable (host callbacks) or a read-only folder
         pass
 

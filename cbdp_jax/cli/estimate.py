@@ -157,13 +157,19 @@ def _check_samples_fit(args: dict[str, Any], dim: int) -> None:
     """``--samples`` refused in one line when the samples cannot fit in memory (before any draw)."""
     import numpy as np
 
-    from cbdp_jax._src.sizes import check_fits, estimate_bytes
+    from cbdp_jax._src.adversaries import make_adversary
+    from cbdp_jax._src.sizes import check_fits, critic_units, estimate_bytes
 
+    spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
     itemsize = np.dtype(args["dtype"]).itemsize
-    needed = estimate_bytes(args["samples"], None, dim, itemsize)
+    units = critic_units(spec, dim)
+    needed = estimate_bytes(
+        args["samples"], None, dim, itemsize, ensemble=args["ensemble"], units=units
+    )
     what = (
-        f"its samples (both sides: training, validation, padded copies and a test chunk; {dim} "
-        f"{args['dtype']} value{'s' if dim > 1 else ''} each)"
+        f"its samples ({dim} {args['dtype']} value{'s' if dim > 1 else ''} each, both sides: "
+        f"training, validation, padded copies, a test chunk) and {args['ensemble']} critics' "
+        f"{units} hidden units on the validation samples"
     )
     check_fits("samples", args["samples"], needed, what)
 

@@ -1,8 +1,8 @@
-"""Ready-made training audits: data (scikit-learn's bundled digits, synthetic), models, and problems.
+"""Ready-made training audits: data (the bundled 8x8 digits, synthetic), models, and problems.
 
-Nothing is downloaded: ``load_digits`` ships with scikit-learn (8x8 images, 1797 examples, 10
-classes, pixels scaled to [0, 1]; its always-blank border pixels give the gradient canary a coordinate
-no example moves). The synthetic data is two Gaussian blobs with one always-zero feature for the same
+Nothing is downloaded: the digits ship with this package (:mod:`~cbdp_jax._src.digits`; 8x8 images,
+1797 examples, 10 classes, pixels scaled to [0, 1]; its always-blank border pixels give the gradient
+canary a coordinate no example moves). The synthetic data is two Gaussian blobs with one always-zero feature for the same
 purpose. Models are logistic regression (one ``nnx.Linear``) and a 2-layer ReLU MLP.
 
 :func:`worst_case_problem` is the data set of the shuffled-batch lower bound
@@ -17,6 +17,7 @@ import optax
 from flax import nnx
 
 from cbdp_jax._src.batch_sampling import BatchSampler
+from cbdp_jax._src.digits import load_digits
 from cbdp_jax._src.training_audit import Canary, TrainingProblem, dp_sgd
 from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_int_at_least
 
@@ -29,19 +30,13 @@ def load_data(name: str, *, n: int | None = None, seed: int = 0) -> tuple[np.nda
     """``(X [n, d] float32, y [n] int32)``: ``'digits'`` (first n of 1797) or ``'synthetic'`` (n = 256).
 
     Raises:
-      InvalidParameterError: For an unknown name, or digits without scikit-learn.
+      InvalidParameterError: For an unknown name.
 
     """
     check_choice("data", name, DATASETS)
     if name == "digits":
-        try:
-            from sklearn.datasets import load_digits
-        except ImportError as exc:
-            raise InvalidParameterError(
-                "data='digits' is invalid here: it needs scikit-learn (pip install scikit-learn)"
-            ) from exc
-        d = load_digits()
-        x, y = d.data / 16.0, d.target
+        images, y = load_digits()  # bundled with the package (_src/digits.py): no scikit-learn
+        x = images / 16.0
         if n is not None:
             x, y = x[: check_int_at_least("n", n, 1)], y[:n]
         return x.astype(np.float32), y.astype(np.int32)

@@ -50,7 +50,7 @@ def audit_training_cmd(
     data: Annotated[
         str,
         typer.Option(
-            help="digits (scikit-learn's bundled 8x8 digits), synthetic, or worst-case (Chua et "
+            help="digits (the 8x8 handwritten digits, bundled), synthetic, or worst-case (Chua et "
             "al.'s data for shuffled batches: one weight, every clipped gradient -C, one epoch of "
             "--steps batches of --batch-size (default 4); --model, --rate and --learning-rate do "
             "not apply, Poisson is at q = 1 / steps)"

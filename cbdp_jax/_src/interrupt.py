@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 GRACE_SECONDS = 1.0
 EXIT_STATUS = 130
@@ -76,11 +77,21 @@ def _watch(reader: socket.socket, grace: float) -> None:
     force_exit()
 
 
+def _interrupt_main_later() -> None:
+    time.sleep(0.05)  # after the hook has returned: raised inside it, it would be lost again
+    _thread.interrupt_main()
+
+
 def _unraisable(previous):
     def hook(unraisable) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _thread.interrupt_main()  # raised again where the main thread can unwind
-            return
+        try:
+            if isinstance(unraisable.exc_value, KeyboardInterrupt):
+                # raised again in the main thread where it can unwind (a raw thread: starting it
+                # waits for nothing); if it is lost again, the watchdog still ends the process
+                _thread.start_new_thread(_interrupt_main_later, ())
+                return
+        except KeyboardInterrupt:
+            return  # an interrupt inside this hook: the watchdog ends the process
         previous(unraisable)
 
     return hook

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import TextIO
 
 MAX_COLUMNS = 80
@@ -90,6 +91,8 @@ class Progress:
       enabled: Draw even when ``stream`` is not a terminal (True) or never (False); default: only on a
         terminal.
       delay: Seconds before the first draw (work done sooner leaves the screen untouched).
+      eta: Seconds left, where the caller knows better than the rate so far (a cost table); None
+        from it falls back to the rate.
 
     """
 
@@ -102,12 +105,14 @@ class Progress:
         stream: TextIO | None = None,
         enabled: bool | None = None,
         delay: float = DELAY_SECONDS,
+        eta: Callable[[], float | None] | None = None,
     ) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.done = 0
         self._stream = stream
         self._enabled = enabled
         self.delay = delay
+        self._eta = eta
         self._start = time.monotonic()
         self._drawn = 0  # characters on the line now
         self._last = -float("inf")
@@ -147,6 +152,10 @@ class Progress:
 
     def eta(self) -> float | None:
         """Seconds left at the rate since the first report (None before a second report)."""
+        if self._eta is not None and self.done > 0:
+            told = self._eta()
+            if told is not None:
+                return told
         if self._first is None or not self.total or self.done <= self._first[1]:
             return None
         t1, n1 = self._first

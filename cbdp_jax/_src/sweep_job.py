@@ -29,6 +29,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from cbdp_jax._src.launch import ProcessSpec, configure_cpu_devices, exit_with_launcher, launch
+from cbdp_jax._src.progress import duration
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -179,6 +180,7 @@ def run_job(job: SweepJob, out: str | Path | None, *, stream: TextIO | None = No
     _say(stream, f"{tag}: {len(jax.local_devices())} local of {jax.device_count()} devices; "
                  f"{len(units)} units, {int(done.sum())} done earlier")  # fmt: skip
     rows: list[dict[str, Any]] = []
+    spent: list[float] = []  # seconds of the units computed in this run
     for k, ((uid, cfg), param, stored) in enumerate(zip(units, job.params, done, strict=True)):
         if stored:
             unit_rows = store.load(uid) if store is not None else []
@@ -187,9 +189,14 @@ def run_job(job: SweepJob, out: str | Path | None, *, stream: TextIO | None = No
             t1 = time.perf_counter()
             unit_rows = _unit_rows(job, param)
             seconds = time.perf_counter() - t1
+            spent.append(seconds)
             if store is not None:
                 store.save(uid, unit_rows, config=cfg, seconds=seconds)
-            _say(stream, f"{tag}: unit {k + 1}/{len(units)} {uid}: computed in {seconds:.1f} s")
+            left = int((~done[k + 1 :]).sum())  # units still to compute after this one
+            eta = f", about {duration(sum(spent) / len(spent) * left)} left" if left else ""
+            _say(
+                stream, f"{tag}: unit {k + 1}/{len(units)} {uid}: computed in {seconds:.1f} s{eta}"
+            )
         rows.extend({**r, "unit": uid} for r in unit_rows)
     for i, r in enumerate(rows):
         r["member"] = i

@@ -69,7 +69,8 @@ def audit_cmd(
     ] = "linear,poly,mlp,histogram",
     confidence: Annotated[float, typer.Option(help="family-wise level")] = 0.95,
     suite: Annotated[
-        bool, typer.Option(help="audit the built-in suite of flawed and correct mechanisms")
+        bool,
+        typer.Option("--suite", help="audit the built-in suite of flawed and correct mechanisms"),
     ] = False,
     seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
     output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",

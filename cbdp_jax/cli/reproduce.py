@@ -24,9 +24,10 @@ def reproduce_cmd(
         bool, typer.Option("--list", help="list the experiments with what each shows, and exit")
     ] = False,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results"),
-    quick: Annotated[bool, typer.Option(help="small, fast versions")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="small, fast versions")] = False,
     restart: Annotated[
-        bool, typer.Option(help="forget the named experiments' stored units and rerun them")
+        bool,
+        typer.Option("--restart", help="forget the named experiments' stored units and rerun them"),
     ] = False,
     processes: Annotated[
         int, typer.Option(help="worker processes for the units of an experiment")

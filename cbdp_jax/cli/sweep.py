@@ -9,10 +9,12 @@ from typing import Annotated, Any
 
 import typer
 
+from cbdp_jax._src.display import number
 from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
 from cbdp_jax.cli._common import (
     FORMATS,
     _check_adversary_flags,
+    _echo_wrapped,
     _fail,
     _parse_floats,
     _parse_sensitivity,
@@ -147,11 +149,11 @@ def _print_sweep(record: dict[str, Any], output_format: str, out: Path) -> None:
         return
     for r in record["rows"]:
         alpha = "" if r["alpha"] is None else f" alpha={r['alpha']:g}"
-        typer.echo(
+        _echo_wrapped(
             f"{r['mechanism']} {r['adversary']}{alpha} seed {r['seed']}: estimate "
-            f"{r['estimate']:.6f}, lower bound {r['lower_bound']:.6f}"
+            f"{number(r['estimate'])}, lower bound {number(r['lower_bound'])}"
         )
-    typer.echo(
+    _echo_wrapped(
         f"{len(record['rows'])} members, {record['units']} units ({record['units_reused']} "
         f"reused), {record['processes']} processes x {record['devices']} devices in all, "
         f"{record['seconds']:.1f} s -> {out / 'sweep.json'}"

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any, TextIO
 
 from cbdp_jax._src.checkpoint import REUSED, STALE, UnitReport, UnitStore, fingerprint
 from cbdp_jax._src.io import to_json
+from cbdp_jax._src.progress import Progress
 from cbdp_jax._src.validation import check_choice, check_int_at_least
 from cbdp_jax.experiments import EXPERIMENTS, PAPER_FIGURES, available, load
 from cbdp_jax.experiments._common import check_line, is_failure, is_finding
@@ -153,9 +155,18 @@ class _Progress:
         self.quick, self.stream = quick, stream
         self.counts = {"computed": 0, "reused": 0, "stale": 0}
         self._reused_pending: dict[str, int] = {}
+        self.bar: Progress | None = None  # the live line on a terminal (units done, the ETA)
 
     def say(self, line: str) -> None:
-        print(line, file=self.stream, flush=True)
+        """Prints ``line`` wrapped at the terminal's width (at most 80 columns when piped)."""
+        width = shutil.get_terminal_size((80, 24)).columns
+        text = "\n".join(
+            textwrap.wrap(line, max(width, 40), subsequent_indent="    ", break_on_hyphens=False)
+        )
+        if self.bar is not None:
+            self.bar.say(text, stream=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -186,6 +197,8 @@ class _Progress:
         self.left -= tabled
         self.tabled_done += tabled
         self.counts["computed"] += 1
+        if self.bar is not None:
+            self.bar.advance()
         what = "computed"
         if report.status == STALE:
             self.counts["stale"] += 1
@@ -267,14 +280,18 @@ def reproduce(
     top = UnitStore(out / ".units" / f"reproduce-{mode}")
     plans = [_plan(n, quick, out, top) for n in names]
     estimate = sum(p.estimate for p in plans)
+    todo = sum(len(p.todo) for p in plans)
     progress = _Progress(estimate, quick, stream)
-    _announce(name, mode, out, plans, processes, progress.say)
-    tally = _Tally()
-    for plan in plans:
-        summary = _run_plan(plan, top, out, quick, processes, progress, tally)
-        if summary is not None:
-            tally.add(plan.name, summary, progress.say)
-            progress.say(f"[{plan.name}] {summary.get('seconds', 0.0):.1f} s -> {out}")
+    # the live line's ETA: the cost table's remainder, rescaled by this run's speed
+    with Progress(f"cbdp reproduce {name}", total=todo, unit="units", eta=progress.eta) as bar:
+        progress.bar = bar
+        _announce(name, mode, out, plans, processes, progress.say)
+        tally = _Tally()
+        for plan in plans:
+            summary = _run_plan(plan, top, out, quick, processes, progress, tally)
+            if summary is not None:
+                tally.add(plan.name, summary, progress.say)
+                progress.say(f"[{plan.name}] {summary.get('seconds', 0.0):.1f} s -> {out}")
     outcome = Outcome(
         failures=tally.failures,
         findings=tally.findings,

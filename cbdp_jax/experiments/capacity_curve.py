@@ -270,12 +270,13 @@ def _bound_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         tag = f"{r['mechanism']}, {r['divergence']}, {r['class']}"
         lb = r["lower_bound_familywise"]
+        why = _nothing_certified(r)
         checks.append(
             check(
                 f"{tag}: family-wise lower bound <= unrestricted divergence",
                 lb <= r["unrestricted"],
                 f"{lb:.4f} (estimate {r['estimate']:.4f} +- {r['std_error']:.4f}) <= "
-                f"{r['unrestricted']:.4f}",
+                f"{r['unrestricted']:.4f}" + why,
             )
         )
         if not math.isnan(r["exact"]):
@@ -283,10 +284,23 @@ def _bound_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 check(
                     f"{tag}: family-wise lower bound <= exact restricted value",
                     lb <= r["exact"],
-                    f"{lb:.4f} (estimate {r['estimate']:.4f}) <= exact {r['exact']:.6f}",
+                    f"{lb:.4f} (estimate {r['estimate']:.4f}) <= exact {r['exact']:.6f}" + why,
                 )
             )
     return checks
+
+
+def _nothing_certified(r: dict[str, Any]) -> str:
+    """For a bound at or below 0: why, and that the check then holds trivially ('' otherwise)."""
+    if r["lower_bound_familywise"] > 0:
+        return ""
+    if not r.get("bound_reliable", True):
+        cause = "the bound was refused (its assumption failed on the held-out data), so it is 0"
+    else:
+        cause = "the family-wise bound reaches 0 (the estimate is within its margin of 0)"
+    return (
+        f"; nothing certified: {cause}, and the check holds for any value (it tests nothing here)"
+    )
 
 
 def _growth_checks(

@@ -1,0 +1,121 @@
+"""Progress lines (issue 42): a count and an ETA on a terminal, one line of at most 80 columns,
+nothing when piped; the interrupt machinery's partial-write clean-up."""
+
+import io
+import os
+import threading
+import time
+
+import pytest
+
+from cbdp_jax._src import io as cio
+from cbdp_jax._src.progress import Progress, duration, line
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_line_has_count_percentage_elapsed_and_eta():
+    assert line("cbdp audit --suite", 0, 17, 3.0, "cases") == (
+        "cbdp audit --suite  0/17 cases  0%  3s elapsed"
+    )
+    # ETA from the elapsed time scaled by the share left: 4 of 16 in 60 s -> 180 s left
+    assert line("x", 4, 16, 60.0) == "x  4/16  25%  1m00s elapsed, ETA 3m00s"
+    assert line("x", 16, 16, 61.0).endswith("100%  1m01s elapsed")  # no ETA when done
+    assert line("x", 3, None, 7200.0, "runs") == "x  3 runs  2h00m elapsed"  # no total: no ETA
+    assert duration(59.4) == "59s" and duration(3599) == "59m59s" and duration(-1) == "0s"
+
+
+def test_a_terminal_gets_one_rewritten_line_of_at_most_80_columns():
+    out = _Terminal()
+    bar = Progress("a label long enough to need cutting " * 4, total=10, unit="cases",
+                   stream=out, delay=0.0)  # fmt: skip
+    with bar:
+        for _ in range(10):
+            bar.advance()
+    text = out.getvalue()
+    assert "\n" not in text  # one line, rewritten with carriage returns
+    drawn = [seg for seg in text.split("\r") if seg.strip()]
+    assert drawn and all(len(seg) <= 79 for seg in drawn)
+    assert drawn[-1].rstrip().endswith("...")  # cut to fit, never wrapped
+    assert text.endswith("\r")  # erased at the end: what follows starts on a clean line
+    assert text.rsplit("\r", 2)[-2].strip() == ""
+
+
+def test_nothing_is_written_when_the_stream_is_not_a_terminal():
+    out = io.StringIO()  # a pipe or a file: isatty() is False
+    with Progress("x", total=3, stream=out, delay=0.0) as bar:
+        for i in range(3):
+            bar(i + 1, 3)
+    assert out.getvalue() == ""
+    assert bar.done == 3  # it still counts (a caller may read it)
+
+
+def test_the_eta_uses_the_rate_after_the_first_report():
+    # Start-up (compilation) before the first unit must not inflate the ETA: 2 s before the first
+    # report, then 10 units in 1 s -> 90 units left take about 9 s, not 99.
+    bar = Progress("x", total=100, stream=io.StringIO())
+    bar._start -= 2.0
+    bar(1)
+    bar._first = (bar._first[0] - 1.0, 1)
+    bar(11)
+    assert bar.eta() == pytest.approx(89 / 10, rel=0.05)
+    told = Progress("x", total=100, stream=io.StringIO(), eta=lambda: 42.0)
+    told(1)
+    assert told.eta() == 42.0  # a caller's better estimate (reproduce's cost table) wins
+
+
+def test_say_prints_above_the_bar_and_callbacks_from_threads_keep_it_whole():
+    out, err = io.StringIO(), _Terminal()
+    with Progress("x", total=400, stream=err, delay=0.0) as bar:
+        threads = [threading.Thread(target=lambda: [bar.advance() for _ in range(100)])
+                   for _ in range(4)]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bar.say("a row", stream=out)
+    assert bar.done == 400 and out.getvalue() == "a row\n"
+    for seg in err.getvalue().split("\r"):
+        assert seg.strip() == "" or seg.startswith("x  ")  # no interleaved half lines
+
+
+def test_remove_partial_writes_deletes_temporaries_and_blocks_new_writes(tmp_path, monkeypatch):
+    # A write in progress (its temporary file exists) when the process is stopped from another
+    # thread: the temporary goes, the target never appears, and no later write starts.
+    lock = cio.threading.Lock()
+    monkeypatch.setattr(cio, "_PARTIAL_LOCK", lock)
+    monkeypatch.setattr(cio, "_PARTIAL", set())
+    started, release = threading.Event(), threading.Event()
+    real_fdopen = os.fdopen
+
+    def slow_fdopen(fd, mode):
+        started.set()
+        release.wait(5)
+        return real_fdopen(fd, mode)
+
+    monkeypatch.setattr(cio.os, "fdopen", slow_fdopen)
+    errors = []
+
+    def writer():
+        try:
+            cio.atomic_write_bytes(tmp_path / "result.json", b"{}")
+        except OSError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert started.wait(5)
+    assert len(list(tmp_path.glob(".result.json.*.tmp"))) == 1
+    assert cio.remove_partial_writes(timeout=1.0)
+    assert list(tmp_path.iterdir()) == []  # the temporary is gone
+    release.set()
+    t.join(5)
+    assert not (tmp_path / "result.json").exists() and errors  # its rename found nothing
+    blocked = threading.Thread(target=lambda: cio.atomic_write_bytes(tmp_path / "b", b"x"))
+    blocked.daemon = True
+    blocked.start()
+    time.sleep(0.3)
+    assert blocked.is_alive() and not (tmp_path / "b").exists()  # no new write starts

@@ -413,6 +413,17 @@ CLI_OPTION_CASES = [
     pytest.param(("estimate", "--p-samples", "no_such.npy", "--q-samples", "no_such.npy"), ("p_samples='no_such.npy'", "not found"), id="estimate-p-samples-missing"),
     pytest.param(("estimate", "--p-samples", "{A_FILE}", "--q-samples", "{A_FILE}"), ("p_samples=", ".npy, .npz or .csv"), id="estimate-p-samples-bad-suffix"),
     pytest.param(("estimate", "--p-samples", "x.npy", "--q-samples", "x.npy", "--epsilon", "1"), ("epsilon=1.0", "no mechanism is run"), id="estimate-p-samples-with-epsilon"),
+    # what a new user hit (issue 42): pairs that are not neighbours, options named as the user typed
+    # them, sizes that cannot fit (refused before any draw, whatever the machine's memory up to 10 TB)
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--d", "[0,0,0]", "--d-prime", "[0,0,0,0,1]"), ("d_prime=[0, 0, 0, 0, 1]", "not replace-one neighbours", "D has 3 records and D' 5", "none of"), id="audit-pair-not-neighbours"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--d", "[0,0,0]", "--d-prime", "[0,0,0,1]"), ("not replace-one neighbours", "--relation add-remove"), id="audit-pair-add-remove-not-replace-one"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--d", "[0,0]", "--d-prime", "[0,1]", "--relation", "swap"), ("relation='swap'", "'replace-one'"), id="audit-unknown-relation"),
+    pytest.param(("audit", "json:dumps", "--claim", "pure:1", "--space", '{"shape": [3], "low": 0, "high": 1}', "--relation", "add-remove"), ("relation='add-remove'", "--space"), id="audit-relation-with-space"),
+    pytest.param(("calibrate", "--sampling-rate", "0.1"), ("sampling_rate=0.1", "'gaussian'", "--mechanism subsampled-gaussian"), id="calibrate-sampling-rate-without-subsampling"),
+    pytest.param(("audit-training", "--noise", "-1"), ("noise=-1.0", "[0.0, inf]"), id="audit-training-negative-noise"),
+    pytest.param(("audit-training", "--examples", "1"), ("examples=1", ">= 2"), id="audit-training-one-example"),
+    pytest.param(("estimate", "--samples", "10000000000", "--steps", "10"), ("samples=10000000000", "GiB of memory", "available"), id="estimate-samples-1e10"),
+    pytest.param(("estimate", "--samples", "1000000000", "--steps", "10"), ("samples=1000000000", "GiB of memory", "available"), id="estimate-samples-1e9"),
 ]  # fmt: skip
 
 

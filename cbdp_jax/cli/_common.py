@@ -16,6 +16,15 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def check_format_and_out(output_format: str, out) -> None:
+    """``--format`` is table or json; ``--out`` (if given) is a folder, created before any work."""
+    from cbdp_jax._src.validation import check_output_folder
+
+    check_choice("format", output_format, FORMATS)
+    if out is not None:
+        check_output_folder("out", out)
+
+
 def _parse_floats(
     name: str, text: str | None, example: str = "0.5,1,2"
 ) -> tuple[float, ...] | None:

@@ -11,12 +11,10 @@ import typer
 
 from cbdp_jax._src.progress import Progress
 from cbdp_jax._src.validation import (
-    check_choice,
     check_in_range,
     check_int_at_least,
-    check_output_folder,
 )
-from cbdp_jax.cli._common import FORMATS, _echo_wrapped, progress_hook
+from cbdp_jax.cli._common import _echo_wrapped, check_format_and_out, progress_hook
 from cbdp_jax.cli.audit import _emit_audit
 
 
@@ -41,6 +39,25 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
         f"{training['seconds']:.1f} s"
     )
     _emit_audit(result, "table", None)
+
+
+def _check_counts(runs: int, noise: float, examples: int | None) -> None:
+    """The options under their own names (the library's errors name noise_multiplier, n)."""
+    check_int_at_least("runs", runs, 100)
+    check_in_range("noise", noise, 0.0, math.inf)
+    if examples is not None:
+        check_int_at_least("examples", examples, 2)
+
+
+def _audit_with_progress(key, problem, claim: str, config, runs: int):
+    """``training_audit.audit_training`` under a progress line (runs done where it reports them)."""
+    from cbdp_jax._src import training_audit as ta
+
+    with Progress("cbdp audit-training", total=2 * runs, unit="runs") as bar:
+        hook = progress_hook(ta.audit_training, bar)
+        if not hook:  # no count from the library: the bar shows the elapsed time only
+            bar.total = None
+        return ta.audit_training(key, problem, claim, config=config, **hook)
 
 
 def audit_training_cmd(
@@ -115,14 +132,8 @@ def audit_training_cmd(
     from cbdp_jax._src import training_audit as ta
     from cbdp_jax._src.training_setups import build_problem
 
-    check_choice("format", output_format, FORMATS)
-    check_int_at_least("runs", runs, 100)
-    # the options' own names (the library's errors name its parameters: noise_multiplier, n)
-    check_in_range("noise", noise, 0.0, math.inf)
-    if examples is not None:
-        check_int_at_least("examples", examples, 2)
-    if out is not None:
-        check_output_folder("out", out)
+    check_format_and_out(output_format, out)
+    _check_counts(runs, noise, examples)
     problem = build_problem(
         model=model, data=data, sampler=sampler, noise=noise, clip=clip,
         rate=rate if sampler == "poisson" else None, batch_size=batch_size, steps=steps,
@@ -133,11 +144,7 @@ def audit_training_cmd(
     parsed = au.parse_claim(text)
     config = ta.training_audit_config(parsed.epsilon, samples=runs, confidence=confidence)
     start = time.perf_counter()
-    with Progress("cbdp audit-training", total=2 * runs, unit="runs") as bar:
-        hook = progress_hook(ta.audit_training, bar)
-        if not hook:  # no count from the library: the bar shows the elapsed time only
-            bar.total = None
-        result = ta.audit_training(jax.random.key(seed), problem, text, config=config, **hook)
+    result = _audit_with_progress(jax.random.key(seed), problem, text, config, runs)
     seconds = time.perf_counter() - start
     if data == "worst-case":  # the setup's own model and step size
         model, learning_rate = "single-weight", 1e-6

@@ -1,6 +1,8 @@
 """``cbdp estimate``: trained adversaries, a held-out lower bound, the result record and its curve.
 
-``cbdp rerun`` runs the same computation from a stored record (:func:`run_estimate`, ``_emit``).
+``cbdp rerun`` runs the same computation from a stored record (:func:`run_estimate`, ``_emit``). Flags
+have one name each (``--both-directions``, no ``--no-`` twin): the help's option column stays narrow
+enough at 80 columns for the descriptions beside it.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
+from cbdp_jax._src.validation import InvalidParameterError, check_choice
 from cbdp_jax.cli._common import (
-    FORMATS,
     _check_adversary_flags,
     _echo_wrapped,
     _parse_sensitivity,
     _print_record,
+    check_format_and_out,
 )
 
 ESTIMATE_MECHANISMS = ("laplace", "gaussian", "randomized_response", "nonprivate")
@@ -378,7 +380,6 @@ def estimate_cmd(
     batch_size: Annotated[int, typer.Option(help="minibatch per side")] = 4096,
     learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
     confidence: Annotated[float, typer.Option(help="level of the lower bound")] = 0.95,
-    # one name per flag (no --no-... twin): the options column stays narrow at 80 columns
     both_directions: Annotated[
         bool, typer.Option("--both-directions", help="also D(Q,P); report the max")
     ] = False,
@@ -427,9 +428,7 @@ def estimate_cmd(
     The compiled programs are kept in the cache folder, so the next call with the same shapes starts
     without compiling (CBDP_JAX_PROGRAM_CACHE=0 turns that off).
     """
-    check_choice("format", output_format, FORMATS)
-    if out is not None:
-        check_output_folder("out", out)
+    check_format_and_out(output_format, out)
     args = dict(
         mechanism=mechanism, epsilon=epsilon, sigma=sigma,
         sensitivity=_parse_sensitivity(sensitivity), k=k, adversary=adversary, width=width,

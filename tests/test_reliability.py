@@ -424,6 +424,7 @@ CLI_OPTION_CASES = [
     pytest.param(("audit-training", "--examples", "1"), ("examples=1", ">= 2"), id="audit-training-one-example"),
     pytest.param(("estimate", "--samples", "10000000000", "--steps", "10"), ("samples=10000000000", "GiB of memory", "available"), id="estimate-samples-1e10"),
     pytest.param(("estimate", "--samples", "1000000000", "--steps", "10"), ("samples=1000000000", "GiB of memory", "available"), id="estimate-samples-1e9"),
+    pytest.param(("demo", "--samples", "1000000000"), ("samples=1000000000", "GiB of memory", "available"), id="demo-samples-1e9"),
 ]  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from cbdp_jax._src.audit import AuditResult, parse_claim
-from cbdp_jax._src.io import atomic_write_json
+from cbdp_jax._src.io import atomic_savefig, atomic_write_json
 
 
 def _short(x, limit: int = 60) -> str:
@@ -62,7 +62,7 @@ def plot_report(result: AuditResult, path: Path) -> None:
     ]
     text_ax.text(0.0, 1.0, "\n".join(lines), va="top", family="monospace", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)  # whole or absent, even when the run is interrupted
     plt.close(fig)
 
 

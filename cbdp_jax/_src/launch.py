@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from cbdp_jax._src.io import atomic_write_text
 from cbdp_jax._src.validation import InvalidParameterError, check_int_at_least, check_positive
 
 ENV_COORDINATOR = "CBDP_COORDINATOR"
@@ -318,7 +319,7 @@ def launch(
             )
             log = log_dir / f"process-{i}.log"
             workers.append(_Worker(i, _start(argv, spec, log, env), log))
-        (log_dir / "pids.json").write_text(json.dumps([w.proc.pid for w in workers]))
+        atomic_write_text(log_dir / "pids.json", json.dumps([w.proc.pid for w in workers]))
         _watch(workers, t0, timeout, grace, _Echo(workers[0].log, echo))
     finally:
         _stop(workers, t0)

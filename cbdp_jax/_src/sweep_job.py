@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from cbdp_jax._src.io import atomic_write_text
 from cbdp_jax._src.launch import ProcessSpec, configure_cpu_devices, exit_with_launcher, launch
 from cbdp_jax._src.progress import duration
 from cbdp_jax._src.validation import (
@@ -260,7 +261,7 @@ def run_sweep(
     launch_dir = out / ".launch"
     launch_dir.mkdir(exist_ok=True)
     job_file = launch_dir / "job.json"
-    job_file.write_text(json.dumps(job.to_dict()))
+    atomic_write_text(job_file, json.dumps(job.to_dict()))
     launch(
         ["-m", "cbdp_jax._src.sweep_job", str(job_file), str(out)],
         processes,

@@ -18,7 +18,11 @@ def demo_cmd(
 ) -> None:
     """Capacity-bounded privacy of Laplace and Gaussian against several adversary classes."""
     from cbdp_jax._src.demo import run_demo
+    from cbdp_jax._src.sizes import check_fits, estimate_bytes
 
+    # the widest of its classes, mlp(32x2), four at once, on float32 samples of one value
+    needed = estimate_bytes(samples, None, 1, 4, ensemble=4, units=32)
+    check_fits("samples", samples, needed, "its samples and 4 critics' 32 hidden units")
     if out is not None:
         check_output_folder("out", out)
     run_demo(samples=samples, steps=steps, seed=seed, out=out)

@@ -119,3 +119,29 @@ def test_remove_partial_writes_deletes_temporaries_and_blocks_new_writes(tmp_pat
     blocked.start()
     time.sleep(0.3)
     assert blocked.is_alive() and not (tmp_path / "b").exists()  # no new write starts
+
+
+def test_library_reports_are_understood():
+    # The shapes the libraries' hooks report in: sharded runs' (done, total, seconds, eta) and the
+    # estimator's training segments (block, blocks, step, steps).
+    from typing import NamedTuple
+
+    class Runs(NamedTuple):
+        done: int
+        total: int
+        seconds: float
+        eta: float
+
+    class Steps(NamedTuple):
+        block: int
+        blocks: int
+        step: int
+        steps: int
+
+    bar = Progress("x", stream=io.StringIO())
+    bar(Runs(4096, 20000, 3.0, float("inf")))
+    assert (bar.done, bar.total, bar.eta()) == (4096, 20000, None)  # inf: not known yet
+    bar(Runs(8192, 20000, 4.0, 7.5))
+    assert bar.eta() == 7.5  # the library's own ETA
+    bar(Steps(3, 20, 300, 2000))
+    assert (bar.done, bar.total) == (300, 2000) and bar._first[1] == 300  # a new run: rate restarts

@@ -22,13 +22,14 @@ line first; the next redraw puts it back under the new text.
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 MAX_COLUMNS = 80
 _REDRAW_SECONDS = 0.2
@@ -119,6 +120,7 @@ class Progress:
         self._lock = threading.RLock()
         self._closed = False
         self._first: tuple[float, int] | None = None  # (time, count) of the first unit reported
+        self._reported_eta: float | None = None  # the library's own ETA, when its report has one
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -131,12 +133,23 @@ class Progress:
         """Whether this bar writes anything."""
         return _is_terminal(self.stream) if self._enabled is None else self._enabled
 
-    def __call__(self, done: int, total: int | None = None) -> None:
-        """Records that ``done`` units of ``total`` (default: the total given before) are finished."""
+    def __call__(self, done: Any, total: int | None = None) -> None:
+        """Records that ``done`` units of ``total`` (default: the total given before) are finished.
+
+        ``done`` may also be a library's progress report: an object with ``done`` and ``total`` (and
+        optionally ``eta`` in seconds, used when finite), or with ``step`` and ``steps``. A count
+        lower than the last one starts a new run of the same work (the ETA's rate restarts).
+        """
+        reported_eta = None
+        if total is None and not isinstance(done, (int, float)) and _fields(done) is not None:
+            done, total, reported_eta = _fields(done)
         with self._lock:
+            if int(done) < self.done:
+                self._first = None
             self.done = int(done)
             if total is not None:
                 self.total = int(total)
+            self._reported_eta = reported_eta
             self._update()
 
     def advance(self, n: int = 1) -> None:
@@ -152,6 +165,8 @@ class Progress:
 
     def eta(self) -> float | None:
         """Seconds left at the rate since the first report (None before a second report)."""
+        if self._reported_eta is not None:
+            return self._reported_eta
         if self._eta is not None and self.done > 0:
             told = self._eta()
             if told is not None:
@@ -225,6 +240,16 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _fields(report: Any) -> tuple[int, int, float | None] | None:
+    """``(done, total, eta or None)`` from a library's progress report, or None if it is not one."""
+    for done, total in (("done", "total"), ("step", "steps")):
+        if hasattr(report, done) and hasattr(report, total):
+            eta = getattr(report, "eta", None)
+            eta = float(eta) if eta is not None and math.isfinite(float(eta)) else None
+            return int(getattr(report, done)), int(getattr(report, total)), eta
+    return None
 
 
 def clear_all() -> None:

@@ -192,18 +192,19 @@ def _check_files_fit(args: dict[str, Any], p, q) -> None:
 class _ProgressHook:
     """A hashable host callback for the estimator's ``progress`` (one instance per command run).
 
-    Called with a block index (one more block of optimiser steps done: the bar advances by one) or
-    with ``(done, total)`` (the bar shows that count).
+    Called with a block index (one more block of optimiser steps done: the bar advances by one), or
+    with a report of steps done and total (``step`` / ``steps``, or ``done`` / ``total``): the bar
+    shows that count.
     """
 
     def __init__(self, bar):
         self.bar = bar
 
     def __call__(self, *args) -> None:
-        if len(args) == 2:
-            self.bar(int(args[0]), int(args[1]))
+        if len(args) == 1 and not hasattr(args[0], "_fields"):
+            self.bar.advance()  # a block index from inside the compiled program
         else:
-            self.bar.advance()
+            self.bar(*args)
 
 
 _OPTION_KEYS = ("width", "depth", "degree", "features", "bandwidth", "bound")

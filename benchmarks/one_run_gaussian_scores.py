@@ -19,8 +19,10 @@ Student t scores (heavier tails than the model: bounded privacy loss), randomize
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
+import re
 import subprocess
 import time
 import zlib
@@ -142,7 +144,7 @@ def truth_and_sampler(case: dict):
 def run_case(case: dict, repeats: int, seed: int) -> dict:
     truth, theta, draw = truth_and_sampler(case)
     rng = np.random.default_rng([seed, case["m"], zlib.crc32(case["name"].encode())])
-    eps, mus, refused, over, reasons = [], [], 0, 0, set()
+    eps, mus, refused, over, reasons = [], [], 0, 0, collections.Counter()
     start = time.perf_counter()
     for _ in range(repeats):
         inc = rng.random(case["m"]) < 0.5
@@ -152,14 +154,14 @@ def run_case(case: dict, repeats: int, seed: int) -> dict:
             )
         except InvalidParameterError as e:
             refused += 1
-            reasons.add(str(e).split(":")[0])
+            reasons[re.split(r" \(|:", str(e))[0]] += 1
             continue
         eps.append(b.epsilon)
         mus.append(b.gdp_mu)
         over += b.epsilon > truth
     return case | {
         "true_epsilon": truth, "theta": theta, "repeats": repeats, "refused": refused,
-        "refusal_reasons": sorted(reasons), "mean_epsilon": float(np.mean(eps)) if eps else None,
+        "refusal_reasons": dict(reasons), "mean_epsilon": float(np.mean(eps)) if eps else None,
         "mean_mu_lower": float(np.mean(mus)) if mus else None, "above_truth": over,
         "above_truth_share": over / repeats, "seconds": time.perf_counter() - start,
     }  # fmt: skip

@@ -1,8 +1,8 @@
-"""One-run GDP lower bound from the canaries' continuous scores, under a Gaussian model of the scores.
+"""One-run eps lower bound from the canaries' continuous scores, under a Gaussian model of the scores.
 
 The guess-based bounds of :mod:`cbdp_jax._src.one_run` reduce each score to "in", "out" or abstain.
 When the scores are continuous and their law is known up to a few parameters, the scores say more:
-this module fits that law and turns a lower confidence bound on its separation into a GDP mu.
+this module fits that law and turns a lower confidence bound on its separation into eps at delta.
 
 The argument, in three steps (docs/theory/one_run.md, section 3b):
 

@@ -183,6 +183,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args()
+    commit = _commit()  # the tree that runs, read before the (long) run
     import importlib.metadata as md
 
     rows = []
@@ -196,7 +197,7 @@ def main() -> None:
               f"{r['refused']:>8}{mean:>10}{r['above_truth']:>7}", flush=True)  # fmt: skip
     payload = {
         "config": vars(args) | {"level": LEVEL, "delta": DELTA},
-        "commit": _commit(),
+        "commit": commit,
         "versions": {k: md.version(k) for k in ("numpy", "scipy", "dp-accounting")},
         "cases": rows,
     }

@@ -182,6 +182,7 @@ def main() -> None:
         "--only", default="", help="run only the cases whose kind is this (gdp, rr, rrj)"
     )
     args = p.parse_args()
+    commit = _commit()  # the tree that runs, read before the (long) run
     import importlib.metadata as md
 
     rows = []
@@ -198,7 +199,7 @@ def main() -> None:
               + means + f"  {worst:.3f}", flush=True)  # fmt: skip
     payload = {
         "config": vars(args) | {"level": LEVEL},
-        "commit": _commit(),
+        "commit": commit,
         "versions": {k: md.version(k) for k in ("jax-privacy", "numpy", "scipy", "dp-accounting")},
         "cases": rows,
     }

@@ -11,6 +11,9 @@ Examples:
   >>> bound = one_run.one_run_audit(scores, included, delta=1e-5, level=0.95, method="fdp")
   >>> bound.epsilon > 1.0, bound.family_size
   (True, 7)
+  >>> gauss = one_run.one_run_audit(scores, included, method="gaussian-scores")
+  >>> gauss.epsilon > bound.epsilon  # the scores' Gaussian shape, assumed, is worth a lot
+  True
 
 """
 
@@ -28,9 +31,12 @@ from cbdp_jax._src.one_run import guess_candidates as guess_candidates
 from cbdp_jax._src.one_run import one_run_audit as one_run_audit
 from cbdp_jax._src.one_run import steinke_epsilon as steinke_epsilon
 from cbdp_jax._src.one_run import steinke_p_value as steinke_p_value
+from cbdp_jax._src.one_run_scores import GaussianScoresFit as GaussianScoresFit
+from cbdp_jax._src.one_run_scores import gaussian_scores_fit as gaussian_scores_fit
 
 __all__ = [
     "METHODS",
+    "GaussianScoresFit",
     "OneRunBound",
     "count_correct",
     "dp_false_rate",
@@ -39,6 +45,7 @@ __all__ = [
     "fdp_gdp_mu",
     "fdp_refutes",
     "gdp_epsilon",
+    "gaussian_scores_fit",
     "gdp_false_rate",
     "guess_candidates",
     "one_run_audit",

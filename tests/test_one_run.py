@@ -187,7 +187,63 @@ def test_strongly_non_private_run_gives_a_clearly_positive_bound():
     for method in orun.METHODS:
         b = orun.one_run_audit(scores, inc, delta=1e-5, method=method)
         assert b.epsilon > 2.0, b
-        assert b.correct <= b.k_plus + b.k_minus and b.family_size == 7
+        guesses = method != "gaussian-scores"
+        assert b.correct <= b.k_plus + b.k_minus and b.family_size == (7 if guesses else 0)
+
+
+def test_gdp_reports_mu_and_fills_epsilon_only_with_the_fdp_bound():
+    """'gdp': epsilon is the f_{eps,delta} refutation on the same guesses ('fdp'); the GDP-convention
+    number (mu's eps at delta) sits in epsilon_gaussian_curve, and the guarantee says so."""
+    rng, m, delta = np.random.default_rng(4), 1000, 1e-5
+    inc = rng.random(m) < 0.5
+    scores = rng.normal(size=m) + 2.0 * inc
+    gdp = orun.one_run_audit(scores, inc, delta=delta, method="gdp")
+    fdp = orun.one_run_audit(scores, inc, delta=delta, method="fdp")
+    assert gdp.epsilon == fdp.epsilon and (gdp.k_plus, gdp.correct) == (fdp.k_plus, fdp.correct)
+    assert gdp.gdp_mu > 1.0
+    assert gdp.epsilon_gaussian_curve == orun.gdp_epsilon(gdp.gdp_mu, delta) > gdp.epsilon
+    assert "exactly Gaussian" in gdp.guarantee
+    assert math.isnan(fdp.epsilon_gaussian_curve) and math.isnan(fdp.gdp_mu)
+
+
+# Randomized response eps = 1, m = 1,000, delta = 1e-5: the (eps, delta) claim (1, 1e-5) is true, so
+# a reported epsilon above 1 is a false refutation. At level 0.95 each method's count of such runs in
+# 200 is at most Binomial(200, 0.05) (stochastically); P[Binomial(200, 0.05) > 21] = 4.8e-4, so
+# allowing 21 fails a sound method with probability < 0.05% (the seed is fixed: deterministic).
+RR_REPEATS = 200
+RR_ALLOWED = 21
+assert stats.binom.sf(RR_ALLOWED, RR_REPEATS, BETA) < 5e-4
+
+
+@pytest.fixture(scope="module")
+def rr_exceedances() -> dict[str, int]:
+    """Runs (of 200) with epsilon above 1, per method, and the GDP-convention number's count."""
+    rng = np.random.default_rng(2024)
+    over = dict.fromkeys((*orun.METHODS, "gdp epsilon_gaussian_curve"), 0)
+    for _ in range(RR_REPEATS):
+        s, inc = _rr(rng, 1.0, 1000)
+        for method in ("steinke", "fdp", "gdp"):
+            b = orun.one_run_audit(s, inc, delta=1e-5, method=method)
+            over[method] += b.epsilon > 1.0
+            if method == "gdp":
+                over["gdp epsilon_gaussian_curve"] += b.epsilon_gaussian_curve > 1.0
+        with pytest.raises(InvalidParameterError, match="^scores takes 2 distinct values"):
+            orun.one_run_audit(s, inc, delta=1e-5, method="gaussian-scores")
+    print("randomized response eps = 1: runs of", RR_REPEATS, "above 1:", over)
+    return over
+
+
+def test_every_method_is_sound_on_randomized_response(rr_exceedances):
+    """Measured (seed 2024): steinke 6, fdp 5, gdp 5 of 200; 'gaussian-scores' refuses all 200."""
+    for method in ("steinke", "fdp", "gdp"):
+        assert rr_exceedances[method] <= RR_ALLOWED, rr_exceedances
+    assert rr_exceedances["gaussian-scores"] == 0
+
+
+def test_randomized_response_check_catches_the_gaussian_curve_number(rr_exceedances):
+    """Negative control: the GDP-convention number (what 'gdp' used to report as epsilon, and what
+    jax_privacy's f-DP one-run reports) is above 1 in nearly every run (200 of 200 measured)."""
+    assert rr_exceedances["gdp epsilon_gaussian_curve"] > RR_ALLOWED
 
 
 def test_soundness_check_catches_a_bound_without_the_union_correction():
@@ -213,7 +269,8 @@ def test_soundness_check_catches_a_bound_without_the_union_correction():
      ({"level": 1.0}, "level"), ({"method": "nope"}, "method"), ({"choices": [(0, 0)]}, "choices"),
      ({"choices": [(3, 1)]}, "choices"), ({"choices": []}, "choices"),
      ({"scores": []}, "scores"), ({"weights": [-1.0]}, "weights"),
-     ({"weights": [1.0, 1.0]}, "weights"), ({"weights": [0.0]}, "weights")],
+     ({"weights": [1.0, 1.0]}, "weights"), ({"weights": [0.0]}, "weights"),
+     ({"normality_level": 0.0}, "normality_level"), ({"normality_level": 1.0}, "normality_level")],
 )  # fmt: skip
 def test_bad_input_names_the_parameter(kwargs, name):
     args = {"scores": [0.5, 0.1, 0.9], "included": [1, 0, 1]} | kwargs

@@ -17,8 +17,15 @@ bounds below turn an observed C into the largest privacy parameter that C refute
   (eps, delta)-DP, f(a) = max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)): refutes the same
   (eps, delta) claims, usually more sharply (:func:`fdp_refutes` states the test).
 * ``'gdp'`` -- the same analysis with the Gaussian curve G_mu: refutes mu-GDP for every mu below
-  ``gdp_mu``; ``epsilon`` is then mu's eps at delta, a lower bound only for mechanisms whose
-  privacy curve is Gaussian (the Gaussian mechanism, full-batch DP-SGD), as jax_privacy reports it.
+  ``gdp_mu``. Refuting mu-GDP says nothing about one (eps, delta) unless the mechanism's privacy curve
+  is exactly Gaussian, so ``epsilon`` is the ``'fdp'`` bound on the same guesses and family (valid
+  for every mechanism) and mu's eps at delta, the number jax_privacy reports as its f-DP one-run
+  epsilon, goes to ``epsilon_gaussian_curve``: an (eps, delta) bound only for an exactly Gaussian
+  curve (on randomized response eps = 1 it exceeds 1 in nearly every run).
+* ``'gaussian-scores'`` -- no guesses: the continuous scores, modelled as Gaussian given in or out
+  (:mod:`cbdp_jax._src.one_run_scores`), give a lower confidence bound ``gdp_mu`` on the separation
+  of the per-canary score pair and ``epsilon`` = its eps at delta, an (eps, delta) lower bound under
+  that model (asymptotic). Binary, few-level and non-normal scores are refused.
 
 Each bound holds for a FIXED number of guesses. :func:`one_run_audit` tries a fixed family of K
 (k_plus, k_minus) choices chosen before looking at the scores (:func:`guess_candidates`) and tests
@@ -27,6 +34,10 @@ union (Bonferroni) bound, so the maximum over the family holds at level 1 - beta
 (:func:`family_weights`) give half of beta to guessing on every canary, the choice that uses all m of
 them and the best one whenever the scores take few values (a binary score has nothing else to offer),
 and split the other half equally among the smaller guess counts, which win on scores with a long tail.
+
+The ``'steinke'``, ``'fdp'`` and ``'gdp'`` bounds are finite-sample and hold for any mechanism with
+the stated privacy (and with both of ``'gdp'``'s statements at once: per choice both tests reject on
+an upper set of the same count, so a false rejection of either is the event of one of them).
 
 References:
   Steinke, Nasr, Jagielski 2023, "Privacy auditing with one (1) training run", NeurIPS 2023
@@ -47,6 +58,7 @@ import numpy as np
 from scipy import special, stats
 
 from cbdp_jax._src.audit import gdp_delta
+from cbdp_jax._src.one_run_scores import check_scores, gaussian_scores_fit
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -54,13 +66,20 @@ from cbdp_jax._src.validation import (
     check_int_at_least,
 )
 
-METHODS = ("steinke", "fdp", "gdp")
+METHODS = ("steinke", "fdp", "gdp", "gaussian-scores")
 _GUARANTEE = {
     "steinke": "finite-sample, any (eps, delta)-DP mechanism (Steinke et al. 2023)",
     "fdp": "finite-sample, any (eps, delta)-DP mechanism (Mahloujifar et al. 2024, f = f_eps,delta)",
     "gdp": (
-        "finite-sample refutation of mu-GDP for mu < gdp_mu (Mahloujifar et al. 2024, f = G_mu); "
-        "epsilon is mu's eps at delta: an (eps, delta) bound only if the privacy curve is Gaussian"
+        "finite-sample: epsilon as 'fdp' (any (eps, delta)-DP mechanism), and every mu-GDP claim "
+        "with mu < gdp_mu refuted (f = G_mu); epsilon_gaussian_curve (mu's eps at delta) is an "
+        "(eps, delta) bound only if the mechanism's privacy curve is exactly Gaussian"
+    ),
+    "gaussian-scores": (
+        "asymptotic (delta method), under the ASSUMPTION that each group's scores are independent "
+        "Gaussian draws (in: N(a, s_in^2), out: N(b, s_out^2)); then eps >= epsilon at delta for "
+        "the mechanism, whatever its own privacy curve; the normality check sees the bulk of the "
+        "scores, not the tails that epsilon extrapolates to"
     ),
 }
 
@@ -70,17 +89,25 @@ class OneRunBound(NamedTuple):
 
     Attributes:
       epsilon: Every eps below this is refuted at (eps, ``delta``) with probability >= ``level``
-        (0 when nothing is refuted); for ``'gdp'`` see ``guarantee``.
-      method: ``'steinke'``, ``'fdp'`` or ``'gdp'``.
-      k_plus: "In" guesses (highest scores) of the choice that gave ``epsilon``.
+        (0 when nothing is refuted); for ``'gaussian-scores'`` under its Gaussian model of the
+        scores (``guarantee``).
+      method: One of ``METHODS``.
+      k_plus: "In" guesses (highest scores) of the choice that gave ``epsilon`` (0 for
+        ``'gaussian-scores'``, which makes no guesses).
       k_minus: "Out" guesses (lowest scores) of that choice.
       correct: Correct guesses of that choice.
       canaries: m, the number of canaries.
       level: 1 - beta, the family-wise level.
       delta: The delta of the refuted claims.
-      family_size: K, the number of (k_plus, k_minus) choices tried (each tested at beta / K).
-      gdp_mu: For ``'gdp'``, every mu below it is refuted (nan for the other methods).
+      family_size: K, the number of (k_plus, k_minus) choices tried (0 for ``'gaussian-scores'``).
+      gdp_mu: For ``'gdp'`` and ``'gaussian-scores'``, every mu-GDP claim with mu below it is refuted
+        (nan for the other methods).
       guarantee: The kind of bound and its assumption, in words.
+      epsilon_gaussian_curve: mu's eps at ``delta``, G_mu's: for ``'gdp'`` the GDP-convention number
+        (jax_privacy's f-DP one-run epsilon), an (eps, delta) bound only for a mechanism whose privacy
+        curve is exactly Gaussian; for ``'gaussian-scores'`` equal to ``epsilon``; nan otherwise.
+      mu_estimate: For ``'gaussian-scores'``, the point estimate of the scores' separation (nan
+        otherwise); :func:`cbdp_jax.one_run.gaussian_scores_fit` gives the whole fit.
 
     """
 
@@ -95,6 +122,8 @@ class OneRunBound(NamedTuple):
     family_size: int
     gdp_mu: float = math.nan
     guarantee: str = ""
+    epsilon_gaussian_curve: float = math.nan
+    mu_estimate: float = math.nan
 
 
 def steinke_p_value(m: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
@@ -338,20 +367,11 @@ def count_correct(
 
 
 def _check_inputs(scores, included, delta, level, method):
-    s = np.asarray(scores, np.float64)
-    if s.ndim != 1 or s.size < 1 or not np.all(np.isfinite(s)):
-        raise InvalidParameterError(
-            f"scores of shape {s.shape} is invalid: must be a 1-D array of m >= 1 finite numbers"
-        )
-    inc = np.asarray(included)
-    if inc.shape != s.shape or not np.all((inc == 0) | (inc == 1)):
-        raise InvalidParameterError(
-            f"included of shape {inc.shape} is invalid: must be [m] = {s.shape} of 0/1 or booleans"
-        )
+    s, inc = check_scores(scores, included)
     check_in_range("delta", delta, 0.0, 1.0, high_open=True)
     check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     check_choice("method", method, METHODS)
-    return s, inc.astype(bool)
+    return s, inc
 
 
 def _check_choices(choices, m: int) -> tuple[tuple[int, int], ...]:
@@ -397,10 +417,30 @@ def _steinke_best(m, choices, correct, delta, taus) -> tuple[float, int]:
     return best, who
 
 
+def _gaussian_scores_audit(s, inc, delta, level, normality_level, choices, weights):
+    """The ``'gaussian-scores'`` bound (:func:`one_run_audit` has checked the common inputs)."""
+    if choices is not None or weights is not None:
+        raise InvalidParameterError(
+            "choices and weights are invalid with method='gaussian-scores', which makes no guesses: "
+            "pass them only to 'steinke', 'fdp' or 'gdp'"
+        )
+    if delta <= 0.0:
+        raise InvalidParameterError(
+            f"delta={delta!r} is invalid with method='gaussian-scores': must be > 0 (under its "
+            "Gaussian model every separation > 0 has eps = inf at delta = 0)"
+        )
+    fit = gaussian_scores_fit(s, inc, level=level, normality_level=normality_level)
+    eps = gdp_epsilon(fit.mu_lower, delta)
+    return OneRunBound(
+        eps, "gaussian-scores", 0, 0, 0, s.size, float(level), float(delta), 0, fit.mu_lower,
+        _GUARANTEE["gaussian-scores"], eps, fit.mu_estimate,
+    )  # fmt: skip
+
+
 def one_run_audit(
     scores, included, *, delta: float = 1e-5, level: float = 0.95, method: str = "steinke",
     choices: Sequence[tuple[int, int]] | None = None, centered: bool = True,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float] | None = None, normality_level: float = 1e-3,
 ) -> OneRunBound:  # fmt: skip
     """An epsilon lower bound from one run's canary scores (module docstring for the bounds).
 
@@ -408,41 +448,47 @@ def one_run_audit(
       scores: ``[m]`` scores, higher meaning "more likely included".
       included: ``[m]`` 0/1 or booleans: whether canary i was in the run (each independently with
         probability 1/2; the bounds assume exactly this design).
-      delta: The delta of the refuted (eps, delta) claims, in [0, 1).
+      delta: The delta of the refuted (eps, delta) claims, in [0, 1) ((0, 1) for
+        ``'gaussian-scores'``).
       level: 1 - beta, in (0, 1); the bound holds with this probability over the canaries' inclusion
         and the run's randomness, jointly for the whole family of choices.
-      method: ``'steinke'``, ``'fdp'`` or ``'gdp'``.
+      method: One of ``METHODS``: ``'steinke'``, ``'fdp'``, ``'gdp'`` or ``'gaussian-scores'``.
       choices: The (k_plus, k_minus) family, fixed before seeing the scores (default
         :func:`guess_candidates`); each is tested at beta / K and the largest bound is reported.
       weights: Each choice's share of beta, ``[K]`` non-negative numbers fixed before seeing the
         scores (normalised to sum 1; default :func:`family_weights`: half to guessing on every canary).
       centered: Two-sided choices guess on the scores farthest from the mean score, the split
         between "in" and "out" following the scores (:func:`count_correct`).
+      normality_level: ``'gaussian-scores'`` only: refuse the scores when a D'Agostino-Pearson
+        normality p-value (either group, or both standardized and pooled) is below this, in (0, 1).
 
     Returns:
       A :class:`OneRunBound`.
 
     Raises:
       InvalidParameterError: Naming the parameter (scores, included, delta, level, method, choices,
-        weights)
-        and its allowed range.
+        weights, normality_level) and its allowed range; for ``'gaussian-scores'``, naming
+        ``scores`` when they are binary, few-valued or fail the normality check.
 
     """
     s, inc = _check_inputs(scores, included, delta, level, method)
+    check_in_range("normality_level", normality_level, 0.0, 1.0, low_open=True, high_open=True)
+    if method == "gaussian-scores":
+        return _gaussian_scores_audit(s, inc, delta, level, normality_level, choices, weights)
     choices = _check_choices(guess_candidates(s.size) if choices is None else choices, s.size)
     m, tau = s.size, (1.0 - level) * _check_weights(weights, choices, s.size)
     correct, k_plus = count_correct(s, inc, choices, centered=centered)
     guesses = np.array([kp + km for kp, km in choices])
-    mu = math.nan
+    mu = eps_gauss = math.nan
     if method == "steinke":
         eps, who = _steinke_best(m, choices, correct, delta, tau)
-    elif method == "fdp":
-        eps, who = fdp_epsilon(m, guesses, correct, delta=delta, beta=tau)
     else:
-        mu, who = fdp_gdp_mu(m, guesses, correct, beta=tau)
-        eps = gdp_epsilon(mu, delta)
+        eps, who = fdp_epsilon(m, guesses, correct, delta=delta, beta=tau)
+    if method == "gdp":
+        mu = fdp_gdp_mu(m, guesses, correct, beta=tau)[0]
+        eps_gauss = gdp_epsilon(mu, delta)
     kp, km = (int(k_plus[who]), int(guesses[who] - k_plus[who])) if who >= 0 else (0, 0)
     return OneRunBound(
         float(eps), method, int(kp), int(km), int(correct[who]) if who >= 0 else 0, m,
-        float(level), float(delta), len(choices), float(mu), _GUARANTEE[method],
+        float(level), float(delta), len(choices), float(mu), _GUARANTEE[method], float(eps_gauss),
     )  # fmt: skip

@@ -77,7 +77,8 @@ def _fake_rows():
                     mechanism=mech, divergence=div, adversary=cls, estimate=0.8123456,
                     lower_bound=0.83 if mlp else 0.8001, std_error=0.0061, bound_reliable=cls != "poly_3",
                     bound_on_named_class=not mlp, certified_class="3.837*tanh(mlp(32x2)/3.837)",
-                    certified_estimate=0.8567, exact_restricted=None if mlp else 0.410577,
+                    certified_estimate=0.8567 if mlp else 0.8123456,
+                    exact_restricted=None if mlp else 0.410577,
                     unrestricted=0.813689,
                 ))  # fmt: skip
     return rows
@@ -182,3 +183,19 @@ def test_training_audit_header_fits_80_columns():
     lines = buf.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 80, lines
     assert "63 examples + canary" in " ".join(buf.getvalue().split())
+
+
+def test_a_bound_on_a_shrunk_critic_far_from_the_estimate_is_labelled_too():
+    # The KL row: a bound 9 standard errors under the estimate, on the critic as shrunk for
+    # its guarantee; the row is marked and its note gives that critic's own estimate. A shrunk
+    # critic within 2 standard errors of the estimate needs no note (negative control).
+    from cbdp_jax._src.demo import render_table
+
+    base = dict(mechanism="Gauss sigma=1", divergence="KL", adversary="mlp(32x2)", estimate=0.4812,
+                lower_bound=0.4012, std_error=0.0089, bound_reliable=True,
+                bound_on_named_class=True, certified_class="mlp(32x2)", exact_restricted=None,
+                unrestricted=0.5)  # fmt: skip
+    far = render_table([base | {"certified_estimate": 0.4205}], 1000, 1.0, "cpu", width=80)
+    assert "0.4012 (a)" in far and "whose own held-out estimate is 0.4205" in " ".join(far.split())
+    near = render_table([base | {"certified_estimate": 0.4790}], 1000, 1.0, "cpu", width=80)
+    assert "(a)" not in near

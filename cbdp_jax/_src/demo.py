@@ -164,16 +164,11 @@ def _case_table(case: tuple[str, str], rows: list[dict[str, Any]], notes: list[s
         )
     for r in rows:
         bound = _f(r["lower_bound"]) + ("" if r["bound_reliable"] else " (refused)")
-        if not r["bound_on_named_class"]:
+        note = _bound_note(r)
+        if note is not None:
             mark = chr(ord("a") + len(notes))
             bound += f" ({mark})"
-            notes.append(
-                f"({mark}) {case[0]}, {case[1]}, {r['adversary']}: the bound {_f(r['lower_bound'])} "
-                f"is on the bounded class {r['certified_class']} (guarantee 'auto' fell back to "
-                f"it), whose own held-out estimate is {_f(r.get('certified_estimate'))}; a bound "
-                "on the unrestricted column, not on exact (H) or the estimate of "
-                f"{r['adversary']}."
-            )
+            notes.append(f"({mark}) {case[0]}, {case[1]}, {r['adversary']}: {note}")
         table.add_row(
             r["adversary"],
             _f(r["estimate"]),
@@ -183,6 +178,29 @@ def _case_table(case: tuple[str, str], rows: list[dict[str, Any]], notes: list[s
             _f(r["unrestricted"]),
         )
     return table
+
+
+def _bound_note(r: dict[str, Any]) -> str | None:
+    """Why a row's bound is not a bound under its estimate, with the estimate it is under; else None.
+
+    The bound is on another class (``B tanh(H / B)``, when guarantee 'auto' fell back to it), or on
+    a shrunk critic whose held-out estimate lies more than two standard errors from the row's.
+    """
+    own = r.get("certified_estimate")
+    if own is None or not math.isfinite(own):
+        return None
+    if not r["bound_on_named_class"]:
+        return (
+            f"the bound {_f(r['lower_bound'])} is on the bounded class {r['certified_class']} "
+            f"(guarantee 'auto' fell back to it), whose own held-out estimate is {_f(own)}; a "
+            f"bound on the unrestricted column, not on exact (H) or the estimate of {r['adversary']}."
+        )
+    if abs(own - r["estimate"]) > 2 * r["std_error"]:
+        return (
+            f"the bound {_f(r['lower_bound'])} is on the critic as shrunk for its guarantee (its "
+            f"tails), whose own held-out estimate is {_f(own)}, not {_f(r['estimate'])}."
+        )
+    return None
 
 
 def _f(x) -> str:

@@ -7,6 +7,7 @@ enough at 80 columns for the descriptions beside it.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -515,9 +516,9 @@ def _emit(
 def _bound_class_estimate_differs(record: dict[str, Any]) -> bool:
     """Whether the lower bound's class has its own estimate, other than the named class's."""
     value = record.get("certified_estimate")
-    return value is not None and (
-        not record.get("bound_on_named_class", True) or value != record["estimate"]
-    )
+    if not isinstance(value, float) or not math.isfinite(value):
+        return False  # none, or an unbounded result (the estimate says so itself)
+    return not record.get("bound_on_named_class", True) or value != record["estimate"]
 
 
 def _estimate_fields(record: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -72,27 +73,119 @@ from cbdp_jax._src.validation import (
 
 DTYPES = ("float32", "float64")
 
+# A training setting derived from the number of training samples (:func:`default_budget`).
+AUTO = "auto"
+_BUDGET_FIELDS = ("steps", "ensemble", "batch_size", "eval_every", "patience")
+
+
+class Budget(NamedTuple):
+    """The training work of one adversary ensemble (what :func:`default_budget` derives).
+
+    Attributes:
+      steps: Optimiser steps.
+      ensemble: Adversaries trained at once.
+      batch_size: Minibatch size per side.
+      eval_every: Steps between validation checks.
+      patience: Validation checks without a new best after which training stops.
+
+    """
+
+    steps: int
+    ensemble: int
+    batch_size: int
+    eval_every: int
+    patience: int
+
+
+# The default budget's constants (benchmarks/budget_rule.py measured the rule against the fixed
+# budget it replaced; benchmarks/README.md "The default budget").
+BUDGET_PASSES = 20  # passes over the training samples per side
+BUDGET_MIN_STEPS = 300
+BUDGET_MAX_STEPS = 2000
+BUDGET_MIN_BATCH = 256
+BUDGET_MAX_BATCH = 4096
+BUDGET_CHECKS = 20  # validation checks in a full run
+BUDGET_PATIENCE = 5  # checks without a new best before training stops
+
+
+def default_budget(n_train: int) -> Budget:
+    """The default training budget for ``n_train`` training samples per side.
+
+    The minibatch is about an eighth of the training samples (a power of two in [256, 4096]); the
+    steps make ``BUDGET_PASSES`` passes over them, at least ``BUDGET_MIN_STEPS`` and at most
+    ``BUDGET_MAX_STEPS``; one adversary; ``BUDGET_CHECKS`` validation checks, and training stops
+    after ``BUDGET_PATIENCE`` checks without a new best. A pure function of ``n_train``: the library
+    and the command line both use it, and a result records what it gave (``config``).
+
+    Args:
+      n_train: Training samples per side (the smaller side's count).
+
+    Returns:
+      A :class:`Budget`.
+
+    Examples:
+      >>> default_budget(5_000)
+      Budget(steps=300, ensemble=1, batch_size=512, eval_every=15, patience=5)
+
+    """
+    n = max(int(n_train), 1)
+    batch = 1 << max(int(n // 8), 1).bit_length() - 1
+    batch = min(max(batch, BUDGET_MIN_BATCH), BUDGET_MAX_BATCH)
+    steps = math.ceil(BUDGET_PASSES * n / batch)
+    steps = min(max(steps, BUDGET_MIN_STEPS), BUDGET_MAX_STEPS)
+    every = max(steps // BUDGET_CHECKS, 1)
+    return Budget(steps, 1, batch, every, BUDGET_PATIENCE)
+
+
+def _check_auto_int(name: str, value: Any, low: int) -> None:
+    """``value`` is ``'auto'`` or an integer >= ``low``."""
+    if isinstance(value, str):
+        if value != AUTO:
+            raise InvalidParameterError(
+                f"{name}={value!r} is invalid: must be 'auto' or an integer >= {low}"
+            )
+        return
+    check_int_at_least(name, value, low)
+
+
+def resolve_budget(config: EstimatorConfig, n_train: int) -> EstimatorConfig:
+    """``config`` with every ``'auto'`` training setting replaced by :func:`default_budget`'s.
+
+    A setting the user gave is kept; with ``steps`` given and ``eval_every`` derived, the interval
+    is ``steps // BUDGET_CHECKS`` of the given steps.
+    """
+    auto = [f for f in _BUDGET_FIELDS if getattr(config, f) == AUTO]
+    if not auto:
+        return config
+    rule = default_budget(n_train)._asdict()
+    if config.steps != AUTO:
+        rule["eval_every"] = max(int(config.steps) // BUDGET_CHECKS, 1)
+    return dataclasses.replace(config, **{f: rule[f] for f in auto})
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EstimatorConfig:
     """How adversaries are trained and evaluated. Frozen and hashable.
 
     Attributes:
-      steps: Optimiser steps per adversary.
-      eval_every: Steps between validation checks (early stopping and the training curve).
+      steps: Optimiser steps per adversary; ``'auto'`` (default): :func:`default_budget`'s, from
+        the number of training samples.
+      eval_every: Steps between validation checks (early stopping and the training curve);
+        ``'auto'``: :func:`default_budget`'s.
       patience: Stop training early once every adversary of the ensemble has gone ``patience``
-        validation checks in a row without a new best validation value; None (default) trains all
-        ``steps``. The best parameters are kept either way; a stop only skips blocks that could still
-        have found a better one, so it trades a little of the estimate for time (on small samples,
-        where the validation value peaks early, most of it). The curves then end where training did.
-      batch_size: Minibatch size per side (None: full batch).
+        validation checks in a row without a new best validation value; None trains all ``steps``;
+        ``'auto'`` (default): :func:`default_budget`'s. The best parameters are kept either way; a
+        stop only skips blocks that could still have found a better one, so it trades a little of
+        the estimate for time (on small samples, where the validation value peaks early, most of
+        it). The curves then end where training did.
+      batch_size: Minibatch size per side (None: full batch; ``'auto'``: :func:`default_budget`'s).
       learning_rate: The default optimiser's step size (divided by 10 on each restart after a
         divergence; it lives in the optimiser state, so a restart does not recompile).
       optimizer: ``'adam'`` (Adam with gradient clipping), ``'lbfgs'`` (full batch; for classes
         linear in their parameters), or any ``optax.GradientTransformation`` (its own step size;
         ``learning_rate`` and the restarts' smaller steps then do not apply).
       ensemble: Adversaries trained at once from different initialisations (vmapped); the one with
-        the best validation value is evaluated.
+        the best validation value is evaluated (``'auto'``: :func:`default_budget`'s).
       confidence: Level 1 - delta of the one-sided lower confidence bound.
       family_size: The bound is one of ``family_size`` simultaneous bounds (several classes, orders
         or settings checked at once): it is taken at level 1 - delta / family_size (Bonferroni), so
@@ -136,13 +229,13 @@ class EstimatorConfig:
 
     """
 
-    steps: int = 2000
-    eval_every: int = 100
-    patience: int | None = None
-    batch_size: int | None = 4096
+    steps: int | str = AUTO
+    eval_every: int | str = AUTO
+    patience: int | str | None = AUTO
+    batch_size: int | str | None = AUTO
     learning_rate: float = 1e-2
     optimizer: Any = "adam"
-    ensemble: int = 4
+    ensemble: int | str = AUTO
     confidence: float = 0.95
     family_size: int = 1
     tight: bool = True
@@ -159,12 +252,12 @@ class EstimatorConfig:
     progress: Callable[[Any], None] | None = dataclasses.field(default=None, compare=True)
 
     def __post_init__(self):
-        check_int_at_least("steps", self.steps, 1)
-        check_int_at_least("eval_every", self.eval_every, 1)
+        _check_auto_int("steps", self.steps, 1)
+        _check_auto_int("eval_every", self.eval_every, 1)
         if self.patience is not None:
-            check_int_at_least("patience", self.patience, 1)
+            _check_auto_int("patience", self.patience, 1)
         if self.batch_size is not None:
-            check_int_at_least("batch_size", self.batch_size, 2)
+            _check_auto_int("batch_size", self.batch_size, 2)
         check_positive("learning_rate", self.learning_rate)
         if isinstance(self.optimizer, str):
             check_choice("optimizer", self.optimizer, ("adam", "lbfgs"))
@@ -173,7 +266,7 @@ class EstimatorConfig:
                 f"optimizer={self.optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
                 "optax.GradientTransformation"
             )
-        check_int_at_least("ensemble", self.ensemble, 1)
+        _check_auto_int("ensemble", self.ensemble, 1)
         check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
         check_int_at_least("family_size", self.family_size, 1)
         check_choice("dtype", self.dtype, DTYPES)
@@ -533,6 +626,7 @@ def _run_ensemble(
         batch_size=None if trainer.line_search else batch_size,
         progress=progress,
         patience=patience,
+        cancelled=threads.cancelled,
     )
     return state, out
 
@@ -751,7 +845,7 @@ def _select(key: jax.Array, probs: list[_Problem], confidence: float):
         raced = ", ".join(f"{p.input_map.kind} {v:.4g}" for v, p in zip(values, probs, strict=True))
         config = probs[0].config
         batch = "" if config.batch_size is None else f" (minibatch {_screen_batch(config)})"
-        raced = f"validation objectives after {config.eval_every} steps of each{batch}: {raced}"
+        raced = f"validation objectives after {_screen_steps(config)} steps of each{batch}: {raced}"
         if found[lead][0] > 0:
             _, prob, trained, plan = found[lead]
             why = f"{prob.map_choice}; {raced}; {prob.input_map.kind} trained in full and evaluated"
@@ -790,6 +884,15 @@ _SCREEN_STREAM = 0x5C4EE2
 _SCREEN_BATCH = 512
 
 
+def _screen_steps(config: EstimatorConfig) -> int:
+    """The screen's steps per map: one validation block, at least a third of the steps up to 100.
+
+    Short budgets validate often (:func:`default_budget`'s 20 checks); the screen still trains each
+    map as long as it did at the fixed budget's 100-step blocks, or a third of the budget if less.
+    """
+    return max(config.eval_every, min(100, config.steps // 3))
+
+
 def _screen_batch(config: EstimatorConfig) -> int | None:
     """The screen's minibatch: the configured one, at most ``_SCREEN_BATCH`` (None: full batch)."""
     return None if config.batch_size is None else min(config.batch_size, _SCREEN_BATCH)
@@ -813,7 +916,7 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
     for k, prob in zip(map_keys, probs, strict=True):
         member_keys, k_train = _ensemble_keys(keys.fold_in(k, _SCREEN_STREAM), config.ensemble)
         _, out = _run_ensemble(
-            member_keys, k_train, prob, config.learning_rate, steps=config.eval_every,
+            member_keys, k_train, prob, config.learning_rate, steps=_screen_steps(config),
             batch_size=_screen_batch(config), progress=None, patience=None,
         )  # fmt: skip
         best = np.where(np.asarray(out.finite), np.asarray(out.best_value), -np.inf)
@@ -1129,6 +1232,9 @@ def estimate_from_samples(
     p = check_samples("p_samples", p_samples)
     q = check_samples("q_samples", q_samples)
     check_same_dim(p, q)
+    _check_representable(("p_samples", p), ("q_samples", q), config)
+    _check_memory_for_arrays(p, q, config)
+    config, budget = _resolved(config, int(config.split[0] * min(p.shape[0], q.shape[0])))
     k_perm, k_fit = jax.random.split(key)
     kp, kq = jax.random.split(k_perm)
     # The two shuffles are independent host sorts (NumPy releases the GIL): side by side.
@@ -1157,7 +1263,7 @@ def estimate_from_samples(
     samples = _counts(*((len(a), len(b)) for a, b in zip(p_host, q_host, strict=True)))
     call = {
         "entry": "samples", "key_data": _key_data(key), "adversary_spec": spec.to_dict(),
-        "divergence": divergence, "alpha": alpha, "convention": convention,
+        "divergence": divergence, "alpha": alpha, "convention": convention, "budget": budget,
     }  # fmt: skip
     result = _assemble(
         pq, qp, div=div, spec=spec, config=config, samples=samples,
@@ -1388,6 +1494,91 @@ def _sample_sizes(samples: Any, val_samples: Any, test_samples: Any) -> tuple[in
     return samples, val_samples, test_samples
 
 
+def _resolved(config: EstimatorConfig, n_train: int) -> tuple[EstimatorConfig, dict[str, Any]]:
+    """The configuration with its derived budget (:func:`resolve_budget`), and what was derived."""
+    derived = [f for f in _BUDGET_FIELDS if getattr(config, f) == AUTO]
+    out = resolve_budget(config, n_train)
+    return out, {"derived": derived, "n_train": int(n_train), "rule": "default_budget"}
+
+
+# Of the memory a check finds available, at most this share may hold the samples.
+_MEMORY_SHARE = 0.8
+
+
+def available_bytes() -> int | None:
+    """Memory available to hold samples, in bytes; None when unknown.
+
+    The default device's free memory where it reports it, else the host's ``MemAvailable``.
+    """
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001 -- a backend without memory statistics
+        stats = {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_memory(parameter: str, value: Any, needed: int) -> None:
+    """Refuses ``value`` of ``parameter`` in one line when ``needed`` bytes would not fit."""
+    free = available_bytes()
+    if free is None or needed <= _MEMORY_SHARE * free:
+        return
+    raise InvalidParameterError(
+        f"{parameter}={value!r} is invalid: its samples need about {_gib(needed)} of memory and "
+        f"{_gib(free)} is available; use fewer samples"
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
+def _check_memory_for_draws(pair, samples: int, val_samples: int, config, dtype) -> None:
+    """Before drawing: the training and validation samples of both sides must fit.
+
+    Counted with the training arrays' padding to a bucket; test samples are drawn chunk by chunk.
+    """
+    dim = _output_dim(pair, dtype)
+    rows = 2 * (2 * samples + val_samples) + 2 * min(samples, config.eval_chunk)
+    _check_memory("samples", samples, rows * dim * jnp.dtype(dtype).itemsize)
+
+
+def _output_dim(pair, dtype) -> int:
+    """The dimension of one output of the pair's mechanism (traced, never run)."""
+    shape = jax.eval_shape(lambda k: pair.sample(k, 1, dtype=dtype)[0], jax.random.key(0)).shape
+    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def _check_memory_for_arrays(p: np.ndarray, q: np.ndarray, config) -> None:
+    """The arrays' copies in the configured dtype (shuffled parts, padding) must fit."""
+    itemsize = jnp.dtype(config.dtype).itemsize
+    rows = 3 * (p.shape[0] + q.shape[0])
+    _check_memory("p_samples", f"<array of shape {p.shape}>", rows * p.shape[1] * itemsize)
+
+
+def _check_representable(p: tuple[str, np.ndarray], q: tuple[str, np.ndarray], config) -> None:
+    """Samples beyond the configured dtype's range would become infinite when cast: refused."""
+    largest = float(np.finfo(np.dtype(config.dtype)).max)
+    for name, arr in (p, q):
+        if arr.dtype.kind == "f" and arr.size and float(np.max(np.abs(arr))) > largest:
+            raise InvalidParameterError(
+                f"{name} is invalid: a value of magnitude {float(np.max(np.abs(arr))):.3g} exceeds "
+                f"the largest {config.dtype} ({largest:.3g}); rescale the samples, or use "
+                "dtype='float64' (with jax_enable_x64)"
+            )
+
+
 @served
 def estimate(
     key: jax.Array,
@@ -1456,6 +1647,8 @@ def estimate(
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     spec, domain_note = kl_domain_reduction(pair.mechanism, named, div.name)
     dtype = jnp.dtype(config.dtype)
+    config, budget = _resolved(config, samples)
+    _check_memory_for_draws(pair, samples, val_samples, config, dtype)
     k_train, k_val, k_test, k_fit = keys.split(key, num=4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
@@ -1482,6 +1675,7 @@ def estimate(
         "mechanism": getattr(mech, "label", type(mech).__name__), "adversary_spec": spec.to_dict(),
         "divergence": divergence, "alpha": alpha, "convention": convention, "samples": samples,
         "val_samples": val_samples, "test_samples": test_samples, "fresh_samples": fresh_samples,
+        "budget": budget,
     }  # fmt: skip
     result = _assemble(
         pq, qp, div=div, spec=spec, config=config, samples=counts,

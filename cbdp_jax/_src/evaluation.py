@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cbdp_jax._src import threads
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
@@ -194,6 +195,8 @@ def evaluate_fixed(
     sentinel = object()
     p_iter, q_iter = iter(p_chunks), iter(q_chunks)
     while True:
+        if threads.cancelled():
+            raise KeyboardInterrupt("evaluation cancelled")
         xp, xq = next(p_iter, sentinel), next(q_iter, sentinel)
         if xp is sentinel and xq is sentinel:
             break

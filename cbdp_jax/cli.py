@@ -352,10 +352,13 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     }
     _check_adversary_flags(args["adversary"], options)
     bar = None
+    # Budget settings not given come from the library's rule (estimator.default_budget), resolved
+    # once the number of training samples is known; the result records what ran.
+    patience = args.get("patience")
     cfg_kwargs = dict(
-        steps=args["steps"],
-        ensemble=args["ensemble"],
-        batch_size=args["batch_size"],
+        steps=_or_auto(args["steps"]),
+        ensemble=_or_auto(args["ensemble"]),
+        batch_size=_or_auto(args["batch_size"]),
         learning_rate=args["learning_rate"],
         confidence=args["confidence"],
         both_directions=args["both_directions"],
@@ -363,18 +366,15 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         input_map=args.get("input_map", "auto"),
         target=args.get("target"),
         dtype=args["dtype"],
-        eval_every=max(1, min(100, args["steps"] // 10)),
-        patience=args.get("patience"),
+        patience="auto" if patience is None else (None if patience == 0 else patience),
     )
     if args["dtype"] == "float64":
         jax.config.update("jax_enable_x64", True)
     if progress:
         from rich.progress import Progress
 
-        blocks = max(args["steps"] // cfg_kwargs["eval_every"], 1)
-        directions = 2 if args["both_directions"] else 1
         bar = Progress(transient=True)
-        task = bar.add_task("training adversaries", total=blocks * directions)
+        task = bar.add_task("training adversaries", total=None)
         cfg_kwargs["progress"] = _ProgressHook(bar, task)
         bar.start()
     try:
@@ -426,14 +426,22 @@ def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
     )
 
 
+def _or_auto(value):
+    """A budget option: the value given, or 'auto' (the library's rule) when not given."""
+    return "auto" if value is None else value
+
+
 class _ProgressHook:
-    """A hashable host callback advancing a rich progress bar (one instance per command run)."""
+    """A host callback showing a training run's steps done and total on a rich progress bar.
+
+    The bar's default columns include the time remaining; each training run (a direction) restarts it.
+    """
 
     def __init__(self, bar, task):
         self.bar, self.task = bar, task
 
-    def __call__(self, index) -> None:
-        self.bar.advance(self.task)
+    def __call__(self, info) -> None:
+        self.bar.update(self.task, completed=info.step, total=info.steps)
 
 
 _OPTION_KEYS = ("width", "depth", "degree", "features", "bandwidth", "bound")
@@ -593,16 +601,22 @@ def estimate_cmd(
     alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
     samples: Annotated[int, typer.Option(help="training samples per side")] = 100_000,
     test_samples: Annotated[int | None, typer.Option(help="held-out samples per side")] = None,
-    steps: Annotated[int, typer.Option(help="optimiser steps")] = 2000,
+    steps: Annotated[
+        int | None, typer.Option(help="optimiser steps (default: from the training samples)")
+    ] = None,
     patience: Annotated[
         int | None,
         typer.Option(
             help="stop training once every adversary has gone this many validation checks "
-            "without a new best (default: train all steps)"
+            "without a new best; 0 trains all steps (default: from the training samples)"
         ),
     ] = None,
-    ensemble: Annotated[int, typer.Option(help="adversaries trained at once")] = 4,
-    batch_size: Annotated[int, typer.Option(help="minibatch per side")] = 4096,
+    ensemble: Annotated[
+        int | None, typer.Option(help="adversaries trained at once (default: from the samples)")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="minibatch per side (default: from the samples)")
+    ] = None,
     learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
     confidence: Annotated[float, typer.Option(help="level of the lower bound")] = 0.95,
     both_directions: Annotated[bool, typer.Option(help="also D(Q,P); report the max")] = False,

@@ -12,7 +12,8 @@ default) on samples drawn once per (case, size, seed):
   cauchy    Cauchy(0, 1) against Cauchy(1, 1) (a heavy tail)
 
 Profiles (``--profiles``): ``fixed`` (the old default, explicit), ``default`` (``EstimatorConfig()``),
-or ``steps:ensemble:batch[:patience]`` for a candidate. The first call of each (profile, case, size,
+``steps:ensemble:batch[:patience]`` for a fixed candidate, or ``rule:PASSES:SHARE`` for a candidate
+rule (:func:`rule`). The first call of each (profile, case, size,
 alpha) in the process compiles; its wall time is recorded with ``first: true`` and left out of the
 warm medians. Rows go to ``--out/runs.jsonl``; ``--summarize`` writes ``summary.json`` and ``table.md``
 (mean bound over seeds per case and profile, its change against ``fixed``, median warm seconds).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -61,20 +63,33 @@ def draw(
     return rng.standard_cauchy(n), 1.0 + rng.standard_cauchy(n)
 
 
-def config_of(profile: str):
-    """The ``EstimatorConfig`` of a profile name."""
+def rule(n_train: int, passes: float, share: int) -> dict:
+    """A candidate rule: minibatch n / share (a power of two in [256, 4096]), ``passes`` passes over
+    the training samples in [300, 2000] steps, 20 checks, patience 5, one adversary."""
+    batch = 1 << max(n_train // share, 1).bit_length() - 1
+    batch = min(max(batch, 256), 4096)
+    steps = min(max(math.ceil(passes * n_train / batch), 300), 2000)
+    return {"steps": steps, "ensemble": 1, "batch_size": batch, "eval_every": max(steps // 20, 1),
+            "patience": 5}  # fmt: skip
+
+
+def config_of(profile: str, n_train: int):
+    """The ``EstimatorConfig`` of a profile name at ``n_train`` training samples per side."""
     from cbdp_jax.estimator import EstimatorConfig
 
     if profile == "fixed":
         return EstimatorConfig(**FIXED)
     if profile == "default":
         return EstimatorConfig()
+    if profile.startswith("rule:"):
+        _, passes, share = profile.split(":")
+        return EstimatorConfig(**rule(n_train, float(passes), int(share)))
     parts = profile.split(":")
     steps, ensemble, batch = (int(x) for x in parts[:3])
     kw = {"steps": steps, "ensemble": ensemble, "batch_size": batch}
     if len(parts) > 3:
         kw["patience"] = int(parts[3])
-    kw["eval_every"] = max(1, min(100, steps // 10))
+    kw["eval_every"] = max(1, min(100, steps // (20 if len(parts) > 3 else 10)))
     return EstimatorConfig(**kw)
 
 
@@ -94,7 +109,7 @@ def run(args) -> None:
                 p, q = draw(case, n, seed, args.dpa_python, work)
                 for alpha in args.alphas:
                     for profile in args.profiles:
-                        cfg = config_of(profile)
+                        cfg = config_of(profile, n // 2)  # the default split's training half
                         shape = (profile, case, n, alpha)
                         load = os.getloadavg()[0]
                         t0, c0 = time.perf_counter(), time.process_time()

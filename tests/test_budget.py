@@ -34,16 +34,15 @@ from cbdp_jax.mechanisms import LaplaceMechanism
 
 
 def test_default_budget_follows_the_documented_rule():
-    # Small samples: the floor of steps, a minibatch of an eighth of the samples (power of two).
-    assert default_budget(5_000) == Budget(300, 1, 512, 15, 5)
-    # 20 passes over 50k per side at 4096: 245 steps, below the floor.
-    assert default_budget(50_000) == Budget(300, 1, 4096, 15, 5)
-    # 20 passes over 200k at 4096: 977 steps.
-    assert default_budget(200_000) == Budget(977, 1, 4096, 48, 5)
+    # Up to about 10^5 per side: the floor of 400 steps at the smallest minibatch, 10 checks.
+    assert default_budget(5_000) == Budget(400, 1, 512, 40, 5)
+    assert default_budget(50_000) == Budget(400, 1, 512, 40, 5)
+    # 500k per side: a minibatch of 1/64 (7812, capped at 4096) and 4 passes, 489 steps.
+    assert default_budget(500_000) == Budget(489, 1, 4096, 48, 5)
     # The ceiling.
-    assert default_budget(10_000_000) == Budget(2000, 1, 4096, 100, 5)
+    assert default_budget(10_000_000) == Budget(2000, 1, 4096, 200, 5)
     # The smallest samples: the smallest minibatch.
-    assert default_budget(2).batch_size == 256
+    assert default_budget(2).batch_size == 512
 
 
 def test_default_budget_is_monotone_in_the_sample_size():
@@ -51,16 +50,16 @@ def test_default_budget_is_monotone_in_the_sample_size():
     budgets = [default_budget(int(n)) for n in sizes]
     work = [b.steps * b.batch_size for b in budgets]
     assert all(b >= a for a, b in zip(work, work[1:], strict=False))
-    assert all(b.eval_every * 20 <= b.steps for b in budgets)
+    assert all(b.eval_every * 10 <= b.steps for b in budgets)
 
 
 def test_resolve_budget_keeps_what_the_user_gave():
     cfg = EstimatorConfig()
     assert (cfg.steps, cfg.ensemble, cfg.batch_size, cfg.eval_every, cfg.patience) == ("auto",) * 5
     got = resolve_budget(EstimatorConfig(steps=1000, batch_size=None), 5_000)
-    # Given: steps and full batch; derived: one adversary, 20 checks of the given steps, patience.
+    # Given: steps and full batch; derived: one adversary, 10 checks of the given steps, patience.
     assert (got.steps, got.batch_size, got.ensemble, got.eval_every, got.patience) == (
-        1000, None, 1, 50, 5,
+        1000, None, 1, 100, 5,
     )  # fmt: skip
     fixed = EstimatorConfig(steps=2000, ensemble=4, batch_size=4096, eval_every=100, patience=None)
     assert resolve_budget(fixed, 5_000) is fixed

@@ -98,24 +98,27 @@ class Budget(NamedTuple):
 
 
 # The default budget's constants (benchmarks/budget_rule.py measured the rule against the fixed
-# budget it replaced; benchmarks/README.md "The default budget").
-BUDGET_PASSES = 20  # passes over the training samples per side
-BUDGET_MIN_STEPS = 300
+# budget it replaced: benchmarks/README.md "The default budget").
+BUDGET_PASSES = 4  # passes over the training samples per side, within the bounds on steps below
+BUDGET_MIN_STEPS = 400
 BUDGET_MAX_STEPS = 2000
-BUDGET_MIN_BATCH = 256
+BUDGET_BATCH_SHARE = 64  # the minibatch is about this fraction of the training samples ...
+BUDGET_MIN_BATCH = 512  # ... a power of two within these bounds
 BUDGET_MAX_BATCH = 4096
-BUDGET_CHECKS = 20  # validation checks in a full run
-BUDGET_PATIENCE = 5  # checks without a new best before training stops
+BUDGET_CHECKS = 10  # validation checks in a full run
+BUDGET_PATIENCE = 5  # checks without a new best after which training stops
 
 
 def default_budget(n_train: int) -> Budget:
     """The default training budget for ``n_train`` training samples per side.
 
-    The minibatch is about an eighth of the training samples (a power of two in [256, 4096]); the
-    steps make ``BUDGET_PASSES`` passes over them, at least ``BUDGET_MIN_STEPS`` and at most
+    The minibatch is about 1/64 of the training samples (a power of two in [512, 4096]); the steps
+    make ``BUDGET_PASSES`` passes over them, at least ``BUDGET_MIN_STEPS`` and at most
     ``BUDGET_MAX_STEPS``; one adversary; ``BUDGET_CHECKS`` validation checks, and training stops
-    after ``BUDGET_PATIENCE`` checks without a new best. A pure function of ``n_train``: the library
-    and the command line both use it, and a result records what it gave (``config``).
+    after ``BUDGET_PATIENCE`` checks without a new best. Up to about 10^5 samples per side that is
+    400 steps of 512 (the validation objective peaks within a few hundred steps there); at 10^6, 489
+    steps of 4096; from about 4 million per side, 2000 steps of 4096. A pure function of ``n_train``: the library and the command line both use it, and
+    a result records what it gave (``config``).
 
     Args:
       n_train: Training samples per side (the smaller side's count).
@@ -125,11 +128,13 @@ def default_budget(n_train: int) -> Budget:
 
     Examples:
       >>> default_budget(5_000)
-      Budget(steps=300, ensemble=1, batch_size=512, eval_every=15, patience=5)
+      Budget(steps=400, ensemble=1, batch_size=512, eval_every=40, patience=5)
+      >>> default_budget(500_000)
+      Budget(steps=489, ensemble=1, batch_size=4096, eval_every=48, patience=5)
 
     """
     n = max(int(n_train), 1)
-    batch = 1 << max(int(n // 8), 1).bit_length() - 1
+    batch = 1 << max(n // BUDGET_BATCH_SHARE, 1).bit_length() - 1
     batch = min(max(batch, BUDGET_MIN_BATCH), BUDGET_MAX_BATCH)
     steps = math.ceil(BUDGET_PASSES * n / batch)
     steps = min(max(steps, BUDGET_MIN_STEPS), BUDGET_MAX_STEPS)
@@ -887,7 +892,7 @@ _SCREEN_BATCH = 512
 def _screen_steps(config: EstimatorConfig) -> int:
     """The screen's steps per map: one validation block, at least a third of the steps up to 100.
 
-    Short budgets validate often (:func:`default_budget`'s 20 checks); the screen still trains each
+    Short budgets validate often (:func:`default_budget`'s 10 checks); the screen still trains each
     map as long as it did at the fixed budget's 100-step blocks, or a third of the budget if less.
     """
     return max(config.eval_every, min(100, config.steps // 3))

@@ -269,21 +269,18 @@ def bucket_rows(n: int, minimum: int = MIN_BUCKET) -> int:
     return max(int(minimum), 1 << max(int(n) - 1, 0).bit_length())
 
 
-def _padded(x, rows: int):
-    """``x`` with zero rows appended up to ``rows`` (a host array stays on the host)."""
+def _padded(x, rows: int) -> jax.Array:
+    """``x`` with zero rows appended up to ``rows``, put on the device once.
+
+    Padded on the host: no program of its own to compile for each shape.
+    """
     n = int(x.shape[0])
     if n == rows:
         return x
-    if isinstance(x, np.ndarray):
-        out = np.zeros((rows,) + x.shape[1:], x.dtype)
-        out[:n] = x
-        return out
-    return _pad_program(x, rows=rows)
-
-
-@persistent_jit(static_argnames=("rows",))
-def _pad_program(x, *, rows: int):
-    return jnp.pad(x, ((0, rows - x.shape[0]),) + ((0, 0),) * (x.ndim - 1))
+    host = np.asarray(x)
+    out = np.zeros((rows,) + host.shape[1:], host.dtype)
+    out[:n] = host
+    return jax.device_put(out)
 
 
 class _Carry(NamedTuple):

@@ -138,6 +138,8 @@ API_CASES = [
     pytest.param(lambda: estimate_from_samples(KEY, np.array(["a"] * 400), Q1, adversary="linear", config=TINY), ("p_samples", "numeric"), id="estimate_from_samples-strings"),
     pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=1, config=TINY), ("samples=1", ">= 2"), id="estimate-samples=1"),
     pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=100, test_samples=1, config=TINY), ("test_samples=1", ">= 2"), id="estimate-test_samples=1"),
+    pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=10**10, config=TINY), ("samples=10000000000", "GiB of memory", "is available"), id="estimate-samples-beyond-memory"),
+    pytest.param(lambda: estimate_from_samples(KEY, P1 * 1e300, Q1, config=TINY), ("p_samples", "exceeds the largest float32"), id="estimate_from_samples-beyond-float32"),
     # unknown names
     pytest.param(lambda: make_mechanism("cauchy", epsilon=1.0), ("mechanism='cauchy'", "'laplace'", "'gaussian'"), id="make_mechanism-unknown"),
     pytest.param(lambda: make_adversary("transformer"), ("adversary='transformer'", "'linear'", "'mlp'"), id="make_adversary-unknown"),
@@ -163,6 +165,7 @@ API_CASES = [
     pytest.param(lambda: EstimatorConfig(learning_rate=NAN), ("learning_rate=nan", "finite"), id="EstimatorConfig-lr=nan"),
     pytest.param(lambda: EstimatorConfig(confidence=1.0), ("confidence=1.0", "[0.5, 1.0)"), id="EstimatorConfig-confidence=1"),
     pytest.param(lambda: EstimatorConfig(steps=0), ("steps=0", ">= 1"), id="EstimatorConfig-steps=0"),
+    pytest.param(lambda: EstimatorConfig(steps="many"), ("steps='many'", "'auto'", ">= 1"), id="EstimatorConfig-steps-word"),
     pytest.param(lambda: EstimatorConfig(batch_size=1), ("batch_size=1", ">= 2"), id="EstimatorConfig-batch_size=1"),
     pytest.param(lambda: EstimatorConfig(split=(0.5, 0.5, 0.5)), ("split=", "sum to 1"), id="EstimatorConfig-split-sum"),
     pytest.param(lambda: exact.restricted_divergence(exact.laplace_pair(1.0), "kl", "poly", degree=0), ("degree=0", ">= 1"), id="exact.poly-degree=0"),

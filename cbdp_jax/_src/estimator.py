@@ -56,6 +56,7 @@ from cbdp_jax._src.statistics.held_out import (
 )
 from cbdp_jax._src.training import (
     apply_fn,
+    bucket_rows,
     init_ensemble,
     train_ensemble,
 )
@@ -969,15 +970,26 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
             div.conjugate(val_crit_q), np.float64
         )
         sequence = _Sequence(div, plan, z_val, config.target, confidence)
-    common = dict(divergence=div, centres=centres, named=trained.plain)
+    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
+    rows = _eval_rows(config.eval_chunk, *prob.n_test, fit_p.shape[0], fit_q.shape[0])
+    common = dict(divergence=div, centres=centres, named=trained.plain, rows=rows)
     held = evaluate_fixed(
         trained.graphdef, critic, *prob.test_chunks(), keep_samples=plan.method == "betting",
         on_chunk=sequence, **common,
     )  # fmt: skip
-    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
     chunks = (array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk))
     insample = evaluate_fixed(trained.graphdef, critic, *chunks, **common)
     return _Evaluated(held, insample, sequence)
+
+
+# Evaluation chunks have at least this many rows (masked past the samples), so that the held-out and
+# the in-sample pass, and sample sizes up to it, share one compiled evaluation program.
+_MIN_EVAL_ROWS = 1 << 14
+
+
+def _eval_rows(eval_chunk: int, *counts: int) -> int:
+    """The rows of every evaluation chunk: the largest stream's power-of-two bucket, at most a chunk."""
+    return min(int(eval_chunk), bucket_rows(max(counts), minimum=_MIN_EVAL_ROWS))
 
 
 def _certify(prob: _Problem, plan, ev: _Evaluated, confidence: float):

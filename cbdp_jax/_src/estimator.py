@@ -649,7 +649,7 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
     requested = "finite-sample" if config.target is not None else config.guarantee
     guarantee = certification.resolve_guarantee(requested, spec)
     raw = lambda x: np.asarray(
-        apply_fn(trained.graphdef, trained.params, trained.rest, x), np.float64
+        _rowwise(apply_fn, x, trained.graphdef, trained.params, trained.rest), np.float64
     )  # noqa: E731
     hv_p, hv_q = raw(prob.val[0]), raw(prob.val[1])
     if guarantee == "finite-sample":
@@ -935,8 +935,8 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
 def _validation_score(prob: _Problem, trained: _Trained, plan, confidence: float) -> float:
     """The bound the planned critic is predicted to certify at the test size (validation samples)."""
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    crit_p = np.asarray(critic_outputs(trained.graphdef, critic, prob.val[0]), np.float64)
-    crit_q = np.asarray(critic_outputs(trained.graphdef, critic, prob.val[1]), np.float64)
+    crit_p = np.asarray(_rowwise(critic_outputs, prob.val[0], trained.graphdef, critic), np.float64)
+    crit_q = np.asarray(_rowwise(critic_outputs, prob.val[1], trained.graphdef, critic), np.float64)
     return certification.validation_score(
         prob.divergence, crit_p, crit_q, plan.support,
         n_test=min(prob.n_test), confidence=confidence,
@@ -961,8 +961,8 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
     """
     config, div = prob.config, prob.divergence
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    val_crit_p = critic_outputs(trained.graphdef, critic, prob.val[0])
-    val_crit_q = critic_outputs(trained.graphdef, critic, prob.val[1])
+    val_crit_p = _rowwise(critic_outputs, prob.val[0], trained.graphdef, critic)
+    val_crit_q = _rowwise(critic_outputs, prob.val[1], trained.graphdef, critic)
     centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
     sequence = None
     if plan.method == "betting-sequence":
@@ -980,6 +980,20 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
     chunks = (array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk))
     insample = evaluate_fixed(trained.graphdef, critic, *chunks, **common)
     return _Evaluated(held, insample, sequence)
+
+
+def _rowwise(fn: Callable, x, *args) -> np.ndarray:
+    """``fn(*args, x)`` of a row-wise program, on ``x`` padded to a power-of-two bucket of rows.
+
+    Each output row depends on its input row alone, so the rows kept are what the unpadded call gives,
+    and one compiled program serves every row count in a bucket.
+    """
+    n = int(x.shape[0])
+    rows = bucket_rows(n, minimum=_MIN_EVAL_ROWS)
+    host = np.asarray(x)
+    padded = np.zeros((rows,) + host.shape[1:], host.dtype)
+    padded[:n] = host
+    return np.asarray(fn(*args, jax.device_put(padded)))[:n]
 
 
 # Evaluation chunks have at least this many rows (masked past the samples), so that the held-out and
@@ -1252,8 +1266,8 @@ def estimate_from_samples(
     _check_representable(("p_samples", p), ("q_samples", q), config)
     _check_memory_for_arrays(p, q, config)
     config, budget = _resolved(config, int(config.split[0] * min(p.shape[0], q.shape[0])))
-    k_perm, k_fit = jax.random.split(key)
-    kp, kq = jax.random.split(k_perm)
+    k_perm, k_fit = keys.split(key)  # stored programs: the same keys as jax.random.split's
+    kp, kq = keys.split(k_perm)
     # The two shuffles are independent host sorts (NumPy releases the GIL): side by side.
     jobs = [("p_samples", p, kp, config), ("q_samples", q, kq, config)]
     p_host, q_host = threads.map_concurrently(_split, jobs, concurrent=p.shape[0] >= _SPLIT_THREADS)
@@ -1340,7 +1354,8 @@ def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) ->
 def _on_device(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig) -> tuple:
     """Host parts through the fitted input map, as arrays of the configured dtype."""
     dtype = jnp.dtype(config.dtype)
-    return tuple(jnp.asarray(imap(x), dtype) for x in parts)
+    # Cast on the host and put on the device once: an eager cast would compile a program per shape.
+    return tuple(jax.device_put(np.asarray(imap(x), dtype)) for x in parts)
 
 
 def _mechanism_problem(
@@ -1384,9 +1399,9 @@ def _mapped_chunks(imap: input_maps.InputMap, chunks: Iterator, dtype) -> Iterat
         return
     for c in chunks:
         if isinstance(c, Padded):
-            yield Padded(jnp.asarray(imap(np.asarray(c.x)), dtype), c.count)
+            yield Padded(np.asarray(imap(np.asarray(c.x)), dtype), c.count)
         else:
-            yield jnp.asarray(imap(np.asarray(c)), dtype)
+            yield np.asarray(imap(np.asarray(c)), dtype)
 
 
 def _mechanism_maps(config: EstimatorConfig, train, val, *, fresh_samples: bool) -> list:

@@ -64,12 +64,13 @@ def draw(
 
 
 def rule(n_train: int, passes: float, share: int) -> dict:
-    """A candidate rule: minibatch n / share (a power of two in [256, 4096]), ``passes`` passes over
-    the training samples in [300, 2000] steps, 20 checks, patience 5, one adversary."""
+    """A candidate rule of :func:`~cbdp_jax.estimator.default_budget`'s form: minibatch n / share (a
+    power of two in [512, 4096]), ``passes`` passes over the training samples in [400, 2000] steps, 10
+    checks, patience 5, one adversary (``rule:4:64`` is the default)."""
     batch = 1 << max(n_train // share, 1).bit_length() - 1
-    batch = min(max(batch, 256), 4096)
-    steps = min(max(math.ceil(passes * n_train / batch), 300), 2000)
-    return {"steps": steps, "ensemble": 1, "batch_size": batch, "eval_every": max(steps // 20, 1),
+    batch = min(max(batch, 512), 4096)
+    steps = min(max(math.ceil(passes * n_train / batch), 400), 2000)
+    return {"steps": steps, "ensemble": 1, "batch_size": batch, "eval_every": max(steps // 10, 1),
             "patience": 5}  # fmt: skip
 
 

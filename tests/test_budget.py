@@ -61,6 +61,9 @@ def test_resolve_budget_keeps_what_the_user_gave():
     assert (got.steps, got.batch_size, got.ensemble, got.eval_every, got.patience) == (
         1000, None, 1, 100, 5,
     )  # fmt: skip
+    # Given steps: a check every tenth of them, at most every 100 steps.
+    assert resolve_budget(EstimatorConfig(steps=200_000), 5_000).eval_every == 100
+    assert resolve_budget(EstimatorConfig(steps=50), 5_000).eval_every == 5
     fixed = EstimatorConfig(steps=2000, ensemble=4, batch_size=4096, eval_every=100, patience=None)
     assert resolve_budget(fixed, 5_000) is fixed
     with pytest.raises(InvalidParameterError, match=r"steps='many' is invalid: must be 'auto'"):

@@ -158,14 +158,15 @@ def resolve_budget(config: EstimatorConfig, n_train: int) -> EstimatorConfig:
     """``config`` with every ``'auto'`` training setting replaced by :func:`default_budget`'s.
 
     A setting the user gave is kept; with ``steps`` given and ``eval_every`` derived, the interval
-    is ``steps // BUDGET_CHECKS`` of the given steps.
+    is a tenth of the given steps, at most 100 (what ``cbdp estimate`` always used, and the fixed
+    default of 100 from 1000 steps up).
     """
     auto = [f for f in _BUDGET_FIELDS if getattr(config, f) == AUTO]
     if not auto:
         return config
     rule = default_budget(n_train)._asdict()
     if config.steps != AUTO:
-        rule["eval_every"] = max(int(config.steps) // BUDGET_CHECKS, 1)
+        rule["eval_every"] = max(1, min(100, int(config.steps) // BUDGET_CHECKS))
     return dataclasses.replace(config, **{f: rule[f] for f in auto})
 
 

@@ -601,21 +601,17 @@ def estimate_cmd(
     alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
     samples: Annotated[int, typer.Option(help="training samples per side")] = 100_000,
     test_samples: Annotated[int | None, typer.Option(help="held-out samples per side")] = None,
-    steps: Annotated[
-        int | None, typer.Option(help="optimiser steps (default: from the training samples)")
-    ] = None,
+    steps: Annotated[int | None, typer.Option(help="optimiser steps (default: by size)")] = None,
     patience: Annotated[
         int | None,
         typer.Option(
-            help="stop training once every adversary has gone this many validation checks "
-            "without a new best; 0 trains all steps (default: from the training samples)"
+            help="stop once every adversary has gone this many validation checks without a new "
+            "best; 0 trains all steps (default: by size)"
         ),
     ] = None,
-    ensemble: Annotated[
-        int | None, typer.Option(help="adversaries trained at once (default: from the samples)")
-    ] = None,
+    ensemble: Annotated[int | None, typer.Option(help="adversaries (default: by size)")] = None,
     batch_size: Annotated[
-        int | None, typer.Option(help="minibatch per side (default: from the samples)")
+        int | None, typer.Option(help="minibatch/side (default: by size)")
     ] = None,
     learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
     confidence: Annotated[float, typer.Option(help="level of the lower bound")] = 0.95,

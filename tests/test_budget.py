@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import estimator as est_mod
-from cbdp_jax._src import training
+from cbdp_jax._src import sizes, training
 from cbdp_jax._src.core import trainer
 from cbdp_jax.adversaries import AdversarySpec
 from cbdp_jax.divergences import Divergence
@@ -147,7 +146,7 @@ def test_a_cancelled_run_stops_after_its_first_segment():
 def test_sample_counts_that_would_not_fit_are_refused_before_drawing(monkeypatch):
     with pytest.raises(InvalidParameterError, match=r"samples=10000000000 is invalid: .* GiB"):
         estimate(jax.random.key(0), LaplaceMechanism(epsilon=1.0), samples=10**10)
-    monkeypatch.setattr(est_mod, "available_bytes", lambda: 2**20)  # 1 MiB free
+    monkeypatch.setattr(sizes, "available_bytes", lambda: 2**20)  # 1 MiB free
     with pytest.raises(InvalidParameterError, match=r"samples=100000 is invalid: .*1 MiB"):
         estimate(jax.random.key(0), LaplaceMechanism(epsilon=1.0), samples=100_000)
     rng = np.random.default_rng(0)
@@ -163,7 +162,7 @@ def test_values_beyond_float32_are_refused_without_a_warning():
         with pytest.raises(InvalidParameterError, match=r"p_samples is invalid: .*1e\+300"):
             estimate_from_samples(jax.random.key(0), p, q)
     # Negative control: the largest float32 itself passes the check (and fails nothing else here).
-    est_mod._check_representable(
+    sizes.check_representable(
         ("p_samples", np.full(3, 3.0e38)), ("q_samples", q), EstimatorConfig()
     )
 

@@ -41,7 +41,7 @@ from cbdp_jax.adversaries import AdversarySpec, make_adversary
 from cbdp_jax.calibration import calibrate
 from cbdp_jax.checkpoint import UnitStore
 from cbdp_jax.divergences import get_divergence
-from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
+from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples, resolve_budget
 from cbdp_jax.mechanisms import (
     BlackBox,
     GaussianMechanism,
@@ -983,7 +983,9 @@ def test_result_records_seed_versions_device_and_full_config_enough_to_rerun():
         if name == "split":  # applies only to estimate_from_samples: not recorded here
             assert name not in cfg
             continue
-        want = getattr(_repro_config(), name)
+        # A training setting left at 'auto' is recorded as what ran (the budget derived from the
+        # 4000 training samples per side), so the record alone reruns it.
+        want = getattr(resolve_budget(_repro_config(), 4000), name)
         assert cfg[name] == (list(want) if isinstance(want, tuple) else want), name
     # the counts actually used: training, validation (default samples // 4, at least 1000), test
     assert res.samples == {"train_p": 4000, "train_q": 4000, "val_p": 1000, "val_q": 1000,

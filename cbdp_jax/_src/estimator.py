@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -24,8 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cbdp_jax._src import certification, input_maps, keys, threads
+from cbdp_jax._src import certification, input_maps, keys, sizes, threads
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
+from cbdp_jax._src.budget import (
+    AUTO,
+    check_auto_int,
+    derived_fields,
+    resolve_budget,
+)
 from cbdp_jax._src.core import Trainer, cached_trainer, closed_form_fit
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
@@ -73,101 +78,6 @@ from cbdp_jax._src.validation import (
 )
 
 DTYPES = ("float32", "float64")
-
-# A training setting derived from the number of training samples (:func:`default_budget`).
-AUTO = "auto"
-_BUDGET_FIELDS = ("steps", "ensemble", "batch_size", "eval_every", "patience")
-
-
-class Budget(NamedTuple):
-    """The training work of one adversary ensemble (what :func:`default_budget` derives).
-
-    Attributes:
-      steps: Optimiser steps.
-      ensemble: Adversaries trained at once.
-      batch_size: Minibatch size per side.
-      eval_every: Steps between validation checks.
-      patience: Validation checks without a new best after which training stops.
-
-    """
-
-    steps: int
-    ensemble: int
-    batch_size: int
-    eval_every: int
-    patience: int
-
-
-# The default budget's constants (benchmarks/budget_rule.py measured the rule against the fixed
-# budget it replaced: benchmarks/README.md "The default budget").
-BUDGET_PASSES = 4  # passes over the training samples per side, within the bounds on steps below
-BUDGET_MIN_STEPS = 400
-BUDGET_MAX_STEPS = 2000
-BUDGET_BATCH_SHARE = 64  # the minibatch is about this fraction of the training samples ...
-BUDGET_MIN_BATCH = 512  # ... a power of two within these bounds
-BUDGET_MAX_BATCH = 4096
-BUDGET_CHECKS = 10  # validation checks in a full run
-BUDGET_PATIENCE = 5  # checks without a new best after which training stops
-
-
-def default_budget(n_train: int) -> Budget:
-    """The default training budget for ``n_train`` training samples per side.
-
-    The minibatch is about 1/64 of the training samples (a power of two in [512, 4096]); the steps
-    make ``BUDGET_PASSES`` passes over them, at least ``BUDGET_MIN_STEPS`` and at most
-    ``BUDGET_MAX_STEPS``; one adversary; ``BUDGET_CHECKS`` validation checks, and training stops
-    after ``BUDGET_PATIENCE`` checks without a new best. Up to about 10^5 samples per side that is
-    400 steps of 512 (the validation objective peaks within a few hundred steps there); at 10^6, 489
-    steps of 4096; from about 4 million per side, 2000 steps of 4096. A pure function of ``n_train``: the library and the command line both use it, and
-    a result records what it gave (``config``).
-
-    Args:
-      n_train: Training samples per side (the smaller side's count).
-
-    Returns:
-      A :class:`Budget`.
-
-    Examples:
-      >>> default_budget(5_000)
-      Budget(steps=400, ensemble=1, batch_size=512, eval_every=40, patience=5)
-      >>> default_budget(500_000)
-      Budget(steps=489, ensemble=1, batch_size=4096, eval_every=48, patience=5)
-
-    """
-    n = max(int(n_train), 1)
-    batch = 1 << max(n // BUDGET_BATCH_SHARE, 1).bit_length() - 1
-    batch = min(max(batch, BUDGET_MIN_BATCH), BUDGET_MAX_BATCH)
-    steps = math.ceil(BUDGET_PASSES * n / batch)
-    steps = min(max(steps, BUDGET_MIN_STEPS), BUDGET_MAX_STEPS)
-    every = max(steps // BUDGET_CHECKS, 1)
-    return Budget(steps, 1, batch, every, BUDGET_PATIENCE)
-
-
-def _check_auto_int(name: str, value: Any, low: int) -> None:
-    """``value`` is ``'auto'`` or an integer >= ``low``."""
-    if isinstance(value, str):
-        if value != AUTO:
-            raise InvalidParameterError(
-                f"{name}={value!r} is invalid: must be 'auto' or an integer >= {low}"
-            )
-        return
-    check_int_at_least(name, value, low)
-
-
-def resolve_budget(config: EstimatorConfig, n_train: int) -> EstimatorConfig:
-    """``config`` with every ``'auto'`` training setting replaced by :func:`default_budget`'s.
-
-    A setting the user gave is kept; with ``steps`` given and ``eval_every`` derived, the interval
-    is a tenth of the given steps, at most 100 (what ``cbdp estimate`` always used, and the fixed
-    default of 100 from 1000 steps up).
-    """
-    auto = [f for f in _BUDGET_FIELDS if getattr(config, f) == AUTO]
-    if not auto:
-        return config
-    rule = default_budget(n_train)._asdict()
-    if config.steps != AUTO:
-        rule["eval_every"] = max(1, min(100, int(config.steps) // BUDGET_CHECKS))
-    return dataclasses.replace(config, **{f: rule[f] for f in auto})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -259,12 +169,12 @@ class EstimatorConfig:
     progress: Callable[[Any], None] | None = dataclasses.field(default=None, compare=True)
 
     def __post_init__(self):
-        _check_auto_int("steps", self.steps, 1)
-        _check_auto_int("eval_every", self.eval_every, 1)
+        check_auto_int("steps", self.steps, 1)
+        check_auto_int("eval_every", self.eval_every, 1)
         if self.patience is not None:
-            _check_auto_int("patience", self.patience, 1)
+            check_auto_int("patience", self.patience, 1)
         if self.batch_size is not None:
-            _check_auto_int("batch_size", self.batch_size, 2)
+            check_auto_int("batch_size", self.batch_size, 2)
         check_positive("learning_rate", self.learning_rate)
         if isinstance(self.optimizer, str):
             check_choice("optimizer", self.optimizer, ("adam", "lbfgs"))
@@ -273,7 +183,7 @@ class EstimatorConfig:
                 f"optimizer={self.optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
                 "optax.GradientTransformation"
             )
-        _check_auto_int("ensemble", self.ensemble, 1)
+        check_auto_int("ensemble", self.ensemble, 1)
         check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
         check_int_at_least("family_size", self.family_size, 1)
         check_choice("dtype", self.dtype, DTYPES)
@@ -1261,8 +1171,8 @@ def estimate_from_samples(
     p = check_samples("p_samples", p_samples)
     q = check_samples("q_samples", q_samples)
     check_same_dim(p, q)
-    _check_representable(("p_samples", p), ("q_samples", q), config)
-    _check_memory_for_arrays(p, q, config)
+    sizes.check_representable(("p_samples", p), ("q_samples", q), config)
+    sizes.check_memory_for_arrays(p, q, config)
     config, budget = _resolved(config, int(config.split[0] * min(p.shape[0], q.shape[0])))
     k_perm, k_fit = keys.split(key)  # stored programs: the same keys as jax.random.split's
     kp, kq = keys.split(k_perm)
@@ -1524,89 +1434,18 @@ def _sample_sizes(samples: Any, val_samples: Any, test_samples: Any) -> tuple[in
     return samples, val_samples, test_samples
 
 
-def _resolved(config: EstimatorConfig, n_train: int) -> tuple[EstimatorConfig, dict[str, Any]]:
-    """The configuration with its derived budget (:func:`resolve_budget`), and what was derived."""
-    derived = [f for f in _BUDGET_FIELDS if getattr(config, f) == AUTO]
+def _resolved(
+    config: EstimatorConfig, n_train: int, *, pair=None, val_samples: int = 0
+) -> tuple[EstimatorConfig, dict[str, Any]]:
+    """The configuration with its derived budget (:func:`resolve_budget`), and what was derived.
+
+    With a mechanism's ``pair``, first checks that its training and validation draws fit in memory.
+    """
+    if pair is not None:
+        sizes.check_memory_for_draws(pair, n_train, val_samples, config, jnp.dtype(config.dtype))
+    derived = derived_fields(config)
     out = resolve_budget(config, n_train)
     return out, {"derived": derived, "n_train": int(n_train), "rule": "default_budget"}
-
-
-# Of the memory a check finds available, at most this share may hold the samples.
-_MEMORY_SHARE = 0.8
-
-
-def available_bytes() -> int | None:
-    """Memory available to hold samples, in bytes; None when unknown.
-
-    The default device's free memory where it reports it, else the host's ``MemAvailable``.
-    """
-    try:
-        stats = jax.devices()[0].memory_stats() or {}
-    except Exception:  # noqa: BLE001 -- a backend without memory statistics
-        stats = {}
-    if "bytes_limit" in stats:
-        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _check_memory(parameter: str, value: Any, needed: int) -> None:
-    """Refuses ``value`` of ``parameter`` in one line when ``needed`` bytes would not fit."""
-    free = available_bytes()
-    if free is None or needed <= _MEMORY_SHARE * free:
-        return
-    raise InvalidParameterError(
-        f"{parameter}={value!r} is invalid: its samples need about {_gib(needed)} of memory and "
-        f"{_gib(free)} is available; use fewer samples"
-    )
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
-
-
-def _check_memory_for_draws(pair, samples: int, val_samples: int, config, dtype) -> None:
-    """Before drawing: the training and validation samples of both sides must fit.
-
-    Counted with the training arrays' padding to a bucket; test samples are drawn chunk by chunk.
-    """
-    dim = _output_dim(pair, dtype)
-    rows = 2 * (2 * samples + val_samples) + 2 * min(samples, config.eval_chunk)
-    _check_memory("samples", samples, rows * dim * jnp.dtype(dtype).itemsize)
-
-
-def _output_dim(pair, dtype) -> int:
-    """The dimension of one output of the pair's mechanism (traced, never run)."""
-    shape = jax.eval_shape(lambda k: pair.sample(k, 1, dtype=dtype)[0], jax.random.key(0)).shape
-    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
-
-
-def _check_memory_for_arrays(p: np.ndarray, q: np.ndarray, config) -> None:
-    """The arrays' copies in the configured dtype (shuffled parts, padding) must fit."""
-    itemsize = jnp.dtype(config.dtype).itemsize
-    rows = 3 * (p.shape[0] + q.shape[0])
-    _check_memory("p_samples", f"<array of shape {p.shape}>", rows * p.shape[1] * itemsize)
-
-
-def _check_representable(p: tuple[str, np.ndarray], q: tuple[str, np.ndarray], config) -> None:
-    """Samples beyond the configured dtype's range would become infinite when cast: refused."""
-    largest = float(np.finfo(np.dtype(config.dtype)).max)
-    for name, arr in (p, q):
-        if arr.dtype.kind == "f" and arr.size and float(np.max(np.abs(arr))) > largest:
-            raise InvalidParameterError(
-                f"{name} is invalid: a value of magnitude {float(np.max(np.abs(arr))):.3g} exceeds "
-                f"the largest {config.dtype} ({largest:.3g}); rescale the samples, or use "
-                "dtype='float64' (with jax_enable_x64)"
-            )
 
 
 @served
@@ -1677,14 +1516,11 @@ def estimate(
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     spec, domain_note = kl_domain_reduction(pair.mechanism, named, div.name)
     dtype = jnp.dtype(config.dtype)
-    config, budget = _resolved(config, samples)
-    _check_memory_for_draws(pair, samples, val_samples, config, dtype)
+    config, budget = _resolved(config, samples, pair=pair, val_samples=val_samples)
     k_train, k_val, k_test, k_fit = keys.split(key, num=4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
-    mech = pair.mechanism
-    known_infinite = _known_infinite(pair, spec, div)
-
+    mech, known_infinite = pair.mechanism, _known_infinite(pair, spec, div)
     candidates = _mechanism_maps(config, train, val, fresh_samples=fresh_samples)
 
     def make_problem(swap: bool) -> list[_Problem]:

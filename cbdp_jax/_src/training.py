@@ -388,20 +388,7 @@ def _train_body(
         st, last = jax.lax.fori_loop(s, stop, step, (c.state, c.last))
         c = c._replace(state=st, last=last)
 
-        def check(args):
-            c, row, train_c, val_c = args
-            v = validate(c.state)
-            finite = c.finite & jnp.isfinite(v) & finite_members(c.state.params)
-            v = jnp.where(finite, v, -jnp.inf)
-            better = v > c.best_value
-            c = c._replace(
-                best_params=where_members(better, c.state.params, c.best_params),
-                best_value=jnp.where(better, v, c.best_value),
-                finite=finite,
-                since=jnp.where(better, 0, c.since + 1),
-            )
-            return c, row + 1, train_c.at[row].set(c.last), val_c.at[row].set(v)
-
+        check = functools.partial(_check, validate)
         ended = stop % every == 0
         c, row, train_c, val_c = jax.lax.cond(ended, check, lambda a: a, (c, row, train_c, val_c))
         return stop, c, row, train_c, val_c
@@ -409,18 +396,67 @@ def _train_body(
     s, carry, rows, train_c, val_c = jax.lax.while_loop(
         more, run, (start, carry, jnp.zeros((), jnp.int32), nan, nan)
     )
-    if not trainer.line_search:
-        st = carry.state
+    if not trainer.line_search:  # back to one count per member, the form the carry came in
         opt = jax.tree.map(
-            lambda x: (
-                jnp.broadcast_to(x, (members,) + x.shape)
-                if jnp.issubdtype(x.dtype, jnp.integer)
-                else x
-            ),
-            st.opt_state,
-        )
-        carry = carry._replace(state=st._replace(opt_state=opt))
+            lambda x: jnp.broadcast_to(x, (members,) + x.shape)
+            if jnp.issubdtype(x.dtype, jnp.integer) else x,
+            carry.state.opt_state,
+        )  # fmt: skip
+        carry = carry._replace(state=carry.state._replace(opt_state=opt))
     return carry, train_c, val_c, s - start, rows, stale(carry)
+
+
+def _check(validate, args):
+    """A validation check at a block's end: each member's best parameters, value and staleness."""
+    c, row, train_c, val_c = args
+    v = validate(c.state)
+    finite = c.finite & jnp.isfinite(v) & finite_members(c.state.params)
+    v = jnp.where(finite, v, -jnp.inf)
+    better = v > c.best_value
+    c = c._replace(
+        best_params=where_members(better, c.state.params, c.best_params),
+        best_value=jnp.where(better, v, c.best_value),
+        finite=finite,
+        since=jnp.where(better, 0, c.since + 1),
+    )
+    return c, row + 1, train_c.at[row].set(c.last), val_c.at[row].set(v)
+
+
+def _segments(segment, carry, blocks: int, every: int, patience: int, *, progress,
+              segment_seconds: float, cancelled):  # fmt: skip
+    """The host loop of :func:`train_ensemble`: compiled segments until the budget or patience ends.
+
+    Returns the last carry and the curves ``[blocks, M]`` (NaN rows for blocks not run).
+    """
+    total = blocks * every
+    members, dtype = carry.best_value.shape[0], np.dtype(carry.best_value.dtype)
+    train_c = np.full((blocks, members), np.nan, dtype)
+    val_c = np.full((blocks, members), np.nan, dtype)
+    # The first two segments are short (the first one compiles); then each aims at segment_seconds.
+    done, block, seg = 0, 0, min(every, 8)
+    while done < total:
+        end = min(total, done + seg, (block + SEGMENT_BLOCKS) * every)
+        t0 = time.perf_counter()
+        carry, tc, vc, ran, finished, stale = segment(
+            carry, np.array([done, end, every, patience], np.int32)
+        )
+        ran, finished, stale = int(ran), int(finished), bool(stale)
+        seconds = time.perf_counter() - t0
+        if finished:
+            train_c[block : block + finished] = np.asarray(tc)[:finished]
+            val_c[block : block + finished] = np.asarray(vc)[:finished]
+        first = done == 0
+        done += ran
+        block += finished
+        if progress is not None:
+            progress(TrainingProgress(block, blocks, done, total))
+        if stale or ran == 0:
+            break
+        if cancelled is not None and cancelled():
+            raise KeyboardInterrupt("training cancelled")
+        if not first:  # the first call's time is mostly its compile
+            seg = max(1, int(segment_seconds / max(seconds / max(ran, 1), 1e-9)))
+    return carry, train_c, val_c
 
 
 def train_ensemble(
@@ -496,51 +532,27 @@ def train_ensemble(
             "compares losses of one fixed batch; use batch_size=None with stored samples, or Adam"
         )
     every = min(int(eval_every), int(steps))
-    blocks = max(int(steps) // every, 1)
-    total = blocks * every
     counts = np.array([train_p.shape[0], train_q.shape[0]], np.int32)
     if sampler is None and batch_size is not None:
         # Minibatches index below the real counts: padding rows are never drawn.
         rows = bucket_rows(max(counts))
         train_p, train_q = _padded(train_p, rows), _padded(train_q, rows)
     members = jax.tree.leaves(state.params)[0].shape[0]
-    dtype = np.dtype(val_p.dtype)
-    zeros = np.zeros((members,), dtype)
+    zeros = np.zeros((members,), np.dtype(val_p.dtype))
     carry = _Carry(
         state, zeros, state.params, zeros, np.ones((members,), bool),
         np.zeros((members,), np.int32),
     )  # fmt: skip
     static = {"trainer": trainer, "batch_size": batch_size, "sampler": sampler}
+
+    def segment(carry, bounds):
+        return _train_jit(key, carry, bounds, train_p, train_q, counts, val_p, val_q, **static)
+
     pat = _NO_PATIENCE if patience is None else int(patience)
-    train_c = np.full((blocks, members), np.nan, dtype)
-    val_c = np.full((blocks, members), np.nan, dtype)
-    # The first two segments are short (the first one compiles); then each aims at segment_seconds.
-    done, block, seg = 0, 0, min(every, 8)
-    while done < total:
-        end = min(total, done + seg, (block + SEGMENT_BLOCKS) * every)
-        t0 = time.perf_counter()
-        bounds = np.array([done, end, every, pat], np.int32)
-        carry, tc, vc, ran, finished, stale = _train_jit(
-            key, carry, bounds, train_p, train_q, counts, val_p, val_q, **static
-        )
-        ran, finished, stale = int(ran), int(finished), bool(stale)
-        seconds = time.perf_counter() - t0
-        if finished:
-            tc, vc = np.asarray(tc), np.asarray(vc)
-            train_c[block : block + finished] = tc[:finished]
-            val_c[block : block + finished] = vc[:finished]
-        first = done == 0
-        done += ran
-        block += finished
-        if progress is not None:
-            progress(TrainingProgress(block, blocks, done, total))
-        if stale or ran == 0:
-            break
-        if cancelled is not None and cancelled():
-            raise KeyboardInterrupt("training cancelled")
-        if not first:  # the first call's time is mostly its compile
-            per_step = seconds / max(ran, 1)
-            seg = max(1, int(segment_seconds / max(per_step, 1e-9)))
+    carry, train_c, val_c = _segments(
+        segment, carry, max(int(steps) // every, 1), every, pat, progress=progress,
+        segment_seconds=segment_seconds, cancelled=cancelled,
+    )  # fmt: skip
     return TrainOutput(
         carry.best_params, carry.best_value, TrainTrace(train_c, val_c), carry.finite
     )

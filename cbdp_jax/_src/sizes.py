@@ -50,8 +50,8 @@ def _check_memory(parameter: str, value: Any, needed: int) -> None:
     if free is None or needed <= _MEMORY_SHARE * free:
         return
     raise InvalidParameterError(
-        f"{parameter}={value!r} is invalid: its samples need about {_gib(needed)} of memory and "
-        f"{_gib(free)} is available; use fewer samples"
+        f"{parameter}={value!r} is invalid: its samples need about {_gib(needed)} of memory, "
+        f"more than {_MEMORY_SHARE:.0%} of the {_gib(free)} available; use fewer samples"
     )
 
 

@@ -39,6 +39,7 @@ bound) on the same data. Writes JSON (and a PNG of coverage per case with ``--fi
     python benchmarks/coverage.py --classes linear --runs 300 --seed 1 --out DIR/c.json  # a replicate
     python benchmarks/coverage.py --combine A.json B.json --out DIR/all.json --figure DIR/all.png
     python benchmarks/coverage.py --atoms --runs 100 --out DIR/atoms.json              # issue 26's case
+    python benchmarks/coverage.py --atoms --budget default --runs 40 --out DIR/a.json  # default budget
 """
 
 from __future__ import annotations
@@ -354,14 +355,22 @@ def atoms_samples(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndar
     return p, q
 
 
-def run_atoms(runs: int, seed: int = SEED, n: int = 8000) -> dict[str, Any]:
-    """``runs`` independent runs of the --atoms case per input map; one record per run and map."""
+def run_atoms(runs: int, seed: int = SEED, n: int = 8000, budget: str = "fixed") -> dict[str, Any]:
+    """``runs`` independent runs of the --atoms case per input map; one record per run and map.
+
+    ``budget='default'``: the training budget the estimator derives from the sample size
+    (``estimator.default_budget``) instead of ``ATOMS_CONFIG``'s fixed one.
+    """
+    config = ATOMS_CONFIG
+    if budget == "default":
+        auto = dict.fromkeys(("steps", "eval_every", "ensemble", "batch_size", "patience"), "auto")
+        config = dataclasses.replace(ATOMS_CONFIG, **auto)
     records, t0 = [], time.perf_counter()
     for run_index in range(runs):
         p, q = atoms_samples(np.random.default_rng([seed, run_index]), n)
         key = jax.random.fold_in(jax.random.key(seed), run_index)
         for input_map in ATOMS_MAPS:
-            cfg = dataclasses.replace(ATOMS_CONFIG, input_map=input_map)
+            cfg = dataclasses.replace(config, input_map=input_map)
             res = estimate_from_samples(key, p, q, adversary="mlp", width=16, depth=2,
                                         divergence="renyi", alpha=2.0, config=cfg)  # fmt: skip
             clt = to_reported(get_divergence("renyi", alpha=2.0), res.f_clt_lower_bound)
@@ -378,6 +387,7 @@ def run_atoms(runs: int, seed: int = SEED, n: int = 8000) -> dict[str, Any]:
     summary = summarise(records)
     return {
         "seed": seed, "runs_per_case": runs, "seconds": time.perf_counter() - t0, "case": "atoms",
+        "budget": budget,
         "summary": summary, "all_meet_target": all(r["meets_target"] for r in summary),
         "records": records,
     }  # fmt: skip
@@ -490,6 +500,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="run the atoms-beside-Cauchy case of issue 26 (input maps) instead of the sweep cases",
     )
     p.add_argument(
+        "--budget",
+        choices=("fixed", "default"),
+        default="fixed",
+        help="--atoms: ATOMS_CONFIG's fixed training budget, or the estimator's default (derived)",
+    )
+    p.add_argument(
         "--combine",
         nargs="+",
         default=None,
@@ -508,7 +524,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figure(payload["summary"], args.figure)
         return payload
     if args.atoms:
-        payload = run_atoms(args.runs or (20 if args.quick else 100), args.seed)
+        payload = run_atoms(args.runs or (20 if args.quick else 100), args.seed, budget=args.budget)
         _common.print_table("lower-bound coverage (atoms)", payload["summary"], COLUMNS)
         _common.write(args.out, "coverage", args, payload)
         return payload

@@ -23,7 +23,16 @@ best figure in scaling.py), the same network at the library's default batch (409
 The kernel names and their classification are kept in the JSON (the 25 longest kernels), so the
 classification can be checked.
 
+``--settings`` picks rows of ``FULL`` by name (``wide-small-batch``, ``wide-library-batch``,
+``default-width``); ``--variant`` labels a run made under other ``XLA_FLAGS`` (recorded with the flags
+and the JAX matmul precision), so that runs of one setting under several compiler options compare:
+benchmarks/gpu_session.sh runs the library's batch under XLA's default GEMM path, cuBLASLt (bias and
+ReLU fused into the GEMM's epilogue) and Triton GEMM fusion (element-wise producers and consumers fused
+into the GEMM), each in a fresh process.
+
     python benchmarks/gpu_profile.py --device gpu --out DIR/gpu_profile.json
+    python benchmarks/gpu_profile.py --device gpu --settings wide-library-batch --variant cublaslt \
+        --out DIR/gpu_profile_cublaslt.json       # with XLA_FLAGS=--xla_gpu_enable_cublaslt=true
     python benchmarks/gpu_profile.py --quick --device cpu --out /tmp/gpu_profile.json   # smoke test
 """
 
@@ -32,6 +41,7 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -54,11 +64,11 @@ COPY_MARKERS = ("memcpy", "memset", "copy")
 ADAM_BYTES_PER_PARAMETER = 7 * 4  # read p, g, m, v; write p, m, v (float32)
 
 FULL = (
-    {"width": 512, "members": 1024, "batch": 256, "steps": 100},
-    {"width": 512, "members": 256, "batch": 4096, "steps": 50},
-    {"width": 64, "members": 1024, "batch": 4096, "steps": 100},
+    {"name": "wide-small-batch", "width": 512, "members": 1024, "batch": 256, "steps": 100},
+    {"name": "wide-library-batch", "width": 512, "members": 256, "batch": 4096, "steps": 50},
+    {"name": "default-width", "width": 64, "members": 1024, "batch": 4096, "steps": 100},
 )
-QUICK = ({"width": 32, "members": 4, "batch": 64, "steps": 5},)
+QUICK = ({"name": "quick", "width": 32, "members": 4, "batch": 64, "steps": 5},)
 
 
 def kind_of(name: str) -> str:
@@ -230,6 +240,8 @@ def report(row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = _common.parser(__doc__.splitlines()[0], "gpu_profile.json")
     p.add_argument("--trace-dir", type=Path, default=None, help="keep the perfetto traces here")
+    p.add_argument("--settings", nargs="+", default=None, help="rows of FULL by name (default all)")
+    p.add_argument("--variant", default="default", help="a label for the compiler options in force")
     args = p.parse_args(argv)
     _common.setup_device(args.device)
     kind = jax.devices()[0].device_kind
@@ -237,11 +249,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     bandwidth = next((v for k, v in scaling.SPEC_BANDWIDTH.items() if k in kind), None)
     print(f"device {kind}: matmul {peak['flops_per_s'] / 1e12:.1f} TFLOP/s ({peak['precision']})")
     rows = []
-    for setting in QUICK if args.quick else FULL:
+    chosen = QUICK if args.quick else FULL
+    if args.settings and not args.quick:
+        chosen = tuple(s for s in FULL if s["name"] in args.settings)
+    for setting in chosen:
         rows.append(measure(setting, peak, bandwidth, args.trace_dir))
         print(report(rows[-1]), flush=True)
     payload = {
         "device_kind": kind,
+        "variant": args.variant,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "matmul_precision": str(jax.config.jax_default_matmul_precision),
         "matmul_peak_measured": peak,
         "spec_bandwidth_bytes_per_s": bandwidth,
         "gemm_markers": list(GEMM_MARKERS),

@@ -21,7 +21,9 @@ Ours: ``estimate_from_samples`` at the documented settings of the DP-Auditorium 
 (benchmarks/auditorium_case.py): MLP 32x2, Renyi, 1000 steps, ensemble 2, batch 2048, learning rate
 3e-3, split 4/9 train, 1/9 validation, 4/9 test, the finite-sample guarantee (no assumption; theirs
 is finite-sample too). ``--ours-settings short``: the same with 300 steps and one adversary (about
-DP-Auditorium's own training work at 100k per side; ``PROFILES``).
+DP-Auditorium's own training work at 100k per side; ``PROFILES``). ``--ours-settings default`` sets
+nothing: ``EstimatorConfig()`` and the default class, what a user who tunes nothing gets (the training
+budget derived from the sample size by ``estimator.default_budget``, one direction).
 
 Setup: ``benchmarks/peers/dp_auditorium/setup.sh`` (DP-Auditorium's venv, default /tmp/dpa-venv).
 
@@ -30,6 +32,7 @@ Usage:
       --out benchmarks/measured/vs-dp-auditorium
   python benchmarks/vs_dp_auditorium.py --cases mean-v2 --alphas 2 --sizes 100000 --out DIR --rerun
   python benchmarks/vs_dp_auditorium.py --ours-settings short --out DIR    # the shorter budget
+  python benchmarks/vs_dp_auditorium.py --ours-settings default --out DIR  # the user's defaults
   python benchmarks/vs_dp_auditorium.py --summarize --out DIR      # tables from DIR/runs.jsonl
 """
 
@@ -71,7 +74,10 @@ OURS = {
 # the 1M of DP-Auditorium's 5 epochs at 100k per side (5 x 50k training samples x 2 sides) and under a
 # third of the case budget's 4.1M. benchmarks/measured/vs-dp-auditorium-short/ has what it costs in
 # bound.
-PROFILES = {"case": OURS, "short": {**OURS, "steps": 300, "ensemble": 1}}
+# 'default' sets nothing: ``EstimatorConfig()`` and the default class (MLP 64x2), what a user who tunes
+# nothing gets (the training budget derived from the sample size, one direction, the automatic
+# guarantee and input map).
+PROFILES = {"case": OURS, "short": {**OURS, "steps": 300, "ensemble": 1}, "default": {}}
 
 
 def _laplace_scales_renyi(alpha: float, m1: float, b1: float, m2: float, b2: float) -> float:
@@ -148,12 +154,16 @@ def ours_worker(args: argparse.Namespace) -> None:
     p, q = data["p"].reshape(-1), data["q"].reshape(-1)
     settings = PROFILES[args.ours_settings]
     config = EstimatorConfig(**settings)
+    # The default profile names no class: the library's default (MLP 64x2).
+    adversary = (
+        {} if args.ours_settings == "default" else {"adversary": "mlp", "width": 32, "depth": 2}
+    )
 
     def call() -> dict:
         w0, c0 = time.perf_counter(), time.process_time()
         res = estimate_from_samples(
-            jax.random.key(args.seed), p, q, adversary="mlp", width=32, depth=2,
-            divergence="renyi", alpha=args.alpha, config=config,
+            jax.random.key(args.seed), p, q, divergence="renyi", alpha=args.alpha, config=config,
+            **adversary,
         )  # fmt: skip
         both = res.reverse is not None
         return {
@@ -167,6 +177,12 @@ def ours_worker(args: argparse.Namespace) -> None:
             "guarantee": res.guarantee,
             "rejects": bool(res.lower_bound > CLAIMED_EPS),
             "warnings": list(res.warnings),
+            # The budget that ran (the default profile's is derived from the sample size).
+            "budget": {
+                k: res.config.get(k)
+                for k in ("steps", "ensemble", "batch_size", "eval_every", "patience")
+            },
+            "blocks_run": len(res.curves.get("val_objective", [])),
             "wall_s": time.perf_counter() - w0,
             "cpu_s": time.process_time() - c0,
         }
@@ -183,7 +199,7 @@ def ours_worker(args: argparse.Namespace) -> None:
         settings={
             **settings,
             "profile": args.ours_settings,
-            "adversary": "mlp 32x2",
+            "adversary": "mlp 32x2" if adversary else "mlp 64x2 (the default class)",
             "confidence": config.confidence,
         },
         versions={"jax": jax.__version__, "numpy": np.__version__},

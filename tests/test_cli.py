@@ -388,8 +388,8 @@ def test_a_space_without_its_range_is_an_error_and_a_csv_may_have_a_header(tmp_p
         # calibrate: a bad target is reported before the missing order
         (["calibrate", "--mechanism", "laplace", "--divergence", "renyi", "--target", "-1"],
          "target=-1.0 is invalid"),
-        (["estimate", "--samples", "1000", "--steps", "10", "--patience", "0"],
-         "patience=0 is invalid"),
+        (["estimate", "--samples", "1000", "--steps", "10", "--patience", "-1"],
+         "patience=-1 is invalid"),
     ],
 )  # fmt: skip
 def test_a_bad_option_value_is_one_line_naming_it(args, needle):

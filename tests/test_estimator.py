@@ -206,8 +206,21 @@ def test_second_call_with_same_shapes_does_not_recompile(max_traces):
     estimate_from_samples(jax.random.key(1), p + 0.1, q, adversary="linear", config=cfg)
 
 
+def test_a_new_step_count_or_sample_size_does_not_retrace_the_training(max_traces):
+    """The step count, the evaluation interval and the patience are run-time bounds of one training
+    program, and the training arrays are padded to a bucket: none of them retraces it."""
+    from cbdp_jax._src import training
+
+    p, q = _laplace_samples(13, 4_000)
+    cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
+    estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
+    max_traces(training, "_train_body", 0)
+    other = dataclasses.replace(cfg, steps=300, eval_every=30, patience=3)
+    estimate_from_samples(jax.random.key(1), p, q, adversary="linear", config=other)
+
+
 def test_the_trace_guard_catches_a_retrace(max_traces):
-    """Negative control: new shapes retrace, and the guard of the test above says so."""
+    """Negative control: a new minibatch size (a shape) retraces, and the guard above says so."""
     from cbdp_jax._src import training
 
     p, q = _laplace_samples(13, 4_000)
@@ -216,8 +229,9 @@ def test_the_trace_guard_catches_a_retrace(max_traces):
     max_traces(training, "_train_body", 0)
     with pytest.raises(AssertionError, match="traced > 0 times"):
         estimate_from_samples(
-            jax.random.key(1), p, q, adversary="linear", config=dataclasses.replace(cfg, steps=300)
-        )
+            jax.random.key(1), p, q, adversary="linear",
+            config=dataclasses.replace(cfg, batch_size=256),
+        )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -232,12 +246,17 @@ def test_float64_and_lbfgs_linear_class():
 
 @pytest.mark.slow
 @pytest.mark.ci
-def test_progress_callback_is_called_once_per_block():
+def test_progress_callback_counts_steps_and_blocks_up_to_the_budget():
     seen = []
-    cfg = EstimatorConfig(steps=300, eval_every=100, ensemble=1, progress=seen.append)
+    cfg = EstimatorConfig(
+        steps=300, eval_every=100, ensemble=1, patience=None, progress=seen.append
+    )
     p, q = _laplace_samples(13, 2_000)
     estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
-    assert [int(i) for i in seen] == [0, 1, 2]
+    # One call per compiled segment: steps done rise to the budget, blocks to its three checks.
+    steps = [s.step for s in seen]
+    assert steps == sorted(steps) and steps[-1] == 300 and len(set(steps)) == len(steps)
+    assert all(s.steps == 300 and s.blocks == 3 and s.block == s.step // 100 for s in seen)
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ from cbdp_jax.adversaries import AdversarySpec, make_adversary
 from cbdp_jax.calibration import calibrate
 from cbdp_jax.checkpoint import UnitStore
 from cbdp_jax.divergences import get_divergence
-from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
+from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples, resolve_budget
 from cbdp_jax.mechanisms import (
     BlackBox,
     GaussianMechanism,
@@ -138,6 +138,8 @@ API_CASES = [
     pytest.param(lambda: estimate_from_samples(KEY, np.array(["a"] * 400), Q1, adversary="linear", config=TINY), ("p_samples", "numeric"), id="estimate_from_samples-strings"),
     pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=1, config=TINY), ("samples=1", ">= 2"), id="estimate-samples=1"),
     pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=100, test_samples=1, config=TINY), ("test_samples=1", ">= 2"), id="estimate-test_samples=1"),
+    pytest.param(lambda: estimate(KEY, LaplaceMechanism(epsilon=1.0), samples=10**10, config=TINY), ("samples=10000000000", "GiB of memory", "available"), id="estimate-samples-beyond-memory"),
+    pytest.param(lambda: estimate_from_samples(KEY, P1 * 1e300, Q1, config=TINY), ("p_samples", "exceeds the largest float32"), id="estimate_from_samples-beyond-float32"),
     # unknown names
     pytest.param(lambda: make_mechanism("cauchy", epsilon=1.0), ("mechanism='cauchy'", "'laplace'", "'gaussian'"), id="make_mechanism-unknown"),
     pytest.param(lambda: make_adversary("transformer"), ("adversary='transformer'", "'linear'", "'mlp'"), id="make_adversary-unknown"),
@@ -163,6 +165,7 @@ API_CASES = [
     pytest.param(lambda: EstimatorConfig(learning_rate=NAN), ("learning_rate=nan", "finite"), id="EstimatorConfig-lr=nan"),
     pytest.param(lambda: EstimatorConfig(confidence=1.0), ("confidence=1.0", "[0.5, 1.0)"), id="EstimatorConfig-confidence=1"),
     pytest.param(lambda: EstimatorConfig(steps=0), ("steps=0", ">= 1"), id="EstimatorConfig-steps=0"),
+    pytest.param(lambda: EstimatorConfig(steps="many"), ("steps='many'", "'auto'", ">= 1"), id="EstimatorConfig-steps-word"),
     pytest.param(lambda: EstimatorConfig(batch_size=1), ("batch_size=1", ">= 2"), id="EstimatorConfig-batch_size=1"),
     pytest.param(lambda: EstimatorConfig(split=(0.5, 0.5, 0.5)), ("split=", "sum to 1"), id="EstimatorConfig-split-sum"),
     pytest.param(lambda: exact.restricted_divergence(exact.laplace_pair(1.0), "kl", "poly", degree=0), ("degree=0", ">= 1"), id="exact.poly-degree=0"),
@@ -992,7 +995,9 @@ def test_result_records_seed_versions_device_and_full_config_enough_to_rerun():
         if name == "split":  # applies only to estimate_from_samples: not recorded here
             assert name not in cfg
             continue
-        want = getattr(_repro_config(), name)
+        # A training setting left at 'auto' is recorded as what ran (the budget derived from the
+        # 4000 training samples per side), so the record alone reruns it.
+        want = getattr(resolve_budget(_repro_config(), 4000), name)
         assert cfg[name] == (list(want) if isinstance(want, tuple) else want), name
     # the counts actually used: training, validation (default samples // 4, at least 1000), test
     assert res.samples == {"train_p": 4000, "train_q": 4000, "val_p": 1000, "val_q": 1000,
@@ -1016,6 +1021,13 @@ def test_result_records_seed_versions_device_and_full_config_enough_to_rerun():
         convention=cfg["convention"],
         config=rebuilt,
     )
+    # The same numbers; only the record of which settings were derived differs (the rerun gives
+    # every setting, so it derives none).
+    assert res.config["budget"]["derived"] == ["patience"]
+    assert again.config["budget"]["derived"] == []
+    for r in (res, again):
+        for part in (r, r.reverse):
+            part.config["budget"]["derived"] = None
     assert _canon(again.to_json()) == _canon(res.to_json())
 
 

@@ -25,6 +25,10 @@ import numpy as np
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import LaplaceMechanism
 
+# The budget settings every call fixes (the defaults these had before the default budget was derived
+# from the sample size), so that the same calls run in a tree before that change and after it.
+FIXED = {"eval_every": 100, "patience": None}
+
 CLASSES = (
     ("mlp", "renyi", 2.0, "finite-sample", "auto"),
     ("linear", "kl", None, "auto", "standard"),
@@ -61,7 +65,7 @@ def run() -> list[dict]:
             for adversary, divergence, alpha, guarantee, input_map in CLASSES:
                 cfg = EstimatorConfig(
                     steps=200, ensemble=2, batch_size=512, both_directions=both,
-                    guarantee=guarantee, input_map=input_map,
+                    guarantee=guarantee, input_map=input_map, **FIXED,
                 )  # fmt: skip
                 options = {"width": 16, "depth": 2} if adversary == "mlp" else {}
                 res = estimate_from_samples(
@@ -73,7 +77,8 @@ def run() -> list[dict]:
                 print(case, seed, adversary, divergence, res.lower_bound, flush=True)
     res = estimate(
         jax.random.key(5), LaplaceMechanism(epsilon=1.0), adversary="mlp", divergence="kl",
-        samples=20_000, config=EstimatorConfig(steps=200, ensemble=2, both_directions=True),
+        samples=20_000,
+        config=EstimatorConfig(steps=200, ensemble=2, batch_size=4096, both_directions=True, **FIXED),
     )  # fmt: skip
     rows.append({"case": "mechanism", "result": _record(res)})
     return rows

@@ -252,13 +252,13 @@ def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarra
 def _conjugate_host(div: Divergence, h: np.ndarray) -> np.ndarray:
     """f*(h) of a host array of any shape, by the float32 program the held-out evaluation runs.
 
-    The values are flattened and padded to a power of two (at least 1024), so that one compiled
+    The values are flattened and padded to a power of two (at least 16,384), so that one compiled
     program serves every size in a bucket; f* is elementwise, so each value is bit for bit what an
     unpadded call gives (``tests/test_certification.py``).
     """
     h = np.asarray(h)
     flat = h.ravel()
-    size = max(1024, 1 << max(flat.size - 1, 0).bit_length())
+    size = max(1 << 14, 1 << max(flat.size - 1, 0).bit_length())
     padded = np.zeros(size, flat.dtype)
     padded[: flat.size] = flat
     with np.errstate(all="ignore"):

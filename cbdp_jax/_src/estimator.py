@@ -23,8 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cbdp_jax._src import certification, input_maps, keys, threads
+from cbdp_jax._src import certification, input_maps, keys, sizes, threads
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
+from cbdp_jax._src.budget import (
+    AUTO,
+    check_auto_int,
+    derived_fields,
+    resolve_budget,
+)
 from cbdp_jax._src.core import Trainer, cached_trainer, closed_form_fit
 from cbdp_jax._src.core import fit as core_fit
 from cbdp_jax._src.divergences import Divergence, get_divergence
@@ -55,6 +61,7 @@ from cbdp_jax._src.statistics.held_out import (
 )
 from cbdp_jax._src.training import (
     apply_fn,
+    bucket_rows,
     init_ensemble,
     train_ensemble,
 )
@@ -78,21 +85,25 @@ class EstimatorConfig:
     """How adversaries are trained and evaluated. Frozen and hashable.
 
     Attributes:
-      steps: Optimiser steps per adversary.
-      eval_every: Steps between validation checks (early stopping and the training curve).
+      steps: Optimiser steps per adversary; ``'auto'`` (default): :func:`default_budget`'s, from
+        the number of training samples.
+      eval_every: Steps between validation checks (early stopping and the training curve);
+        ``'auto'``: :func:`default_budget`'s.
       patience: Stop training early once every adversary of the ensemble has gone ``patience``
-        validation checks in a row without a new best validation value; None (default) trains all
-        ``steps``. The best parameters are kept either way; a stop only skips blocks that could still
-        have found a better one, so it trades a little of the estimate for time (on small samples,
-        where the validation value peaks early, most of it). The curves then end where training did.
-      batch_size: Minibatch size per side (None: full batch).
+        validation checks in a row without a new best validation value; None trains all ``steps``;
+        ``'auto'`` (default): :func:`default_budget`'s when ``steps`` is ``'auto'`` too, else None
+        (steps given are trained in full). The best parameters are kept either way; a
+        stop only skips blocks that could still have found a better one, so it trades a little of
+        the estimate for time (on small samples, where the validation value peaks early, most of
+        it). The curves then end where training did.
+      batch_size: Minibatch size per side (None: full batch; ``'auto'``: :func:`default_budget`'s).
       learning_rate: The default optimiser's step size (divided by 10 on each restart after a
         divergence; it lives in the optimiser state, so a restart does not recompile).
       optimizer: ``'adam'`` (Adam with gradient clipping), ``'lbfgs'`` (full batch; for classes
         linear in their parameters), or any ``optax.GradientTransformation`` (its own step size;
         ``learning_rate`` and the restarts' smaller steps then do not apply).
       ensemble: Adversaries trained at once from different initialisations (vmapped); the one with
-        the best validation value is evaluated.
+        the best validation value is evaluated (``'auto'``: :func:`default_budget`'s).
       confidence: Level 1 - delta of the one-sided lower confidence bound.
       family_size: The bound is one of ``family_size`` simultaneous bounds (several classes, orders
         or settings checked at once): it is taken at level 1 - delta / family_size (Bonferroni), so
@@ -136,13 +147,13 @@ class EstimatorConfig:
 
     """
 
-    steps: int = 2000
-    eval_every: int = 100
-    patience: int | None = None
-    batch_size: int | None = 4096
+    steps: int | str = AUTO
+    eval_every: int | str = AUTO
+    patience: int | str | None = AUTO
+    batch_size: int | str | None = AUTO
     learning_rate: float = 1e-2
     optimizer: Any = "adam"
-    ensemble: int = 4
+    ensemble: int | str = AUTO
     confidence: float = 0.95
     family_size: int = 1
     tight: bool = True
@@ -159,12 +170,12 @@ class EstimatorConfig:
     progress: Callable[[Any], None] | None = dataclasses.field(default=None, compare=True)
 
     def __post_init__(self):
-        check_int_at_least("steps", self.steps, 1)
-        check_int_at_least("eval_every", self.eval_every, 1)
+        check_auto_int("steps", self.steps, 1)
+        check_auto_int("eval_every", self.eval_every, 1)
         if self.patience is not None:
-            check_int_at_least("patience", self.patience, 1)
+            check_auto_int("patience", self.patience, 1)
         if self.batch_size is not None:
-            check_int_at_least("batch_size", self.batch_size, 2)
+            check_auto_int("batch_size", self.batch_size, 2)
         check_positive("learning_rate", self.learning_rate)
         if isinstance(self.optimizer, str):
             check_choice("optimizer", self.optimizer, ("adam", "lbfgs"))
@@ -173,7 +184,7 @@ class EstimatorConfig:
                 f"optimizer={self.optimizer!r} is invalid: must be 'adam', 'lbfgs' or an "
                 "optax.GradientTransformation"
             )
-        check_int_at_least("ensemble", self.ensemble, 1)
+        check_auto_int("ensemble", self.ensemble, 1)
         check_in_range("confidence", self.confidence, 0.5, 1.0, high_open=True)
         check_int_at_least("family_size", self.family_size, 1)
         check_choice("dtype", self.dtype, DTYPES)
@@ -533,6 +544,7 @@ def _run_ensemble(
         batch_size=None if trainer.line_search else batch_size,
         progress=progress,
         patience=patience,
+        cancelled=threads.cancelled,
     )
     return state, out
 
@@ -549,7 +561,7 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
     requested = "finite-sample" if config.target is not None else config.guarantee
     guarantee = certification.resolve_guarantee(requested, spec)
     raw = lambda x: np.asarray(
-        apply_fn(trained.graphdef, trained.params, trained.rest, x), np.float64
+        _rowwise(apply_fn, x, trained.graphdef, trained.params, trained.rest), np.float64
     )  # noqa: E731
     hv_p, hv_q = raw(prob.val[0]), raw(prob.val[1])
     if guarantee == "finite-sample":
@@ -751,7 +763,7 @@ def _select(key: jax.Array, probs: list[_Problem], confidence: float):
         raced = ", ".join(f"{p.input_map.kind} {v:.4g}" for v, p in zip(values, probs, strict=True))
         config = probs[0].config
         batch = "" if config.batch_size is None else f" (minibatch {_screen_batch(config)})"
-        raced = f"validation objectives after {config.eval_every} steps of each{batch}: {raced}"
+        raced = f"validation objectives after {_screen_steps(config)} steps of each{batch}: {raced}"
         if found[lead][0] > 0:
             _, prob, trained, plan = found[lead]
             why = f"{prob.map_choice}; {raced}; {prob.input_map.kind} trained in full and evaluated"
@@ -790,6 +802,15 @@ _SCREEN_STREAM = 0x5C4EE2
 _SCREEN_BATCH = 512
 
 
+def _screen_steps(config: EstimatorConfig) -> int:
+    """The screen's steps per map: one validation block, at least a third of the steps up to 100.
+
+    Short budgets validate often (:func:`default_budget`'s 10 checks); the screen still trains each
+    map as long as it did at the fixed budget's 100-step blocks, or a third of the budget if less.
+    """
+    return max(config.eval_every, min(100, config.steps // 3))
+
+
 def _screen_batch(config: EstimatorConfig) -> int | None:
     """The screen's minibatch: the configured one, at most ``_SCREEN_BATCH`` (None: full batch)."""
     return None if config.batch_size is None else min(config.batch_size, _SCREEN_BATCH)
@@ -813,7 +834,7 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
     for k, prob in zip(map_keys, probs, strict=True):
         member_keys, k_train = _ensemble_keys(keys.fold_in(k, _SCREEN_STREAM), config.ensemble)
         _, out = _run_ensemble(
-            member_keys, k_train, prob, config.learning_rate, steps=config.eval_every,
+            member_keys, k_train, prob, config.learning_rate, steps=_screen_steps(config),
             batch_size=_screen_batch(config), progress=None, patience=None,
         )  # fmt: skip
         best = np.where(np.asarray(out.finite), np.asarray(out.best_value), -np.inf)
@@ -826,8 +847,8 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
 def _validation_score(prob: _Problem, trained: _Trained, plan, confidence: float) -> float:
     """The bound the planned critic is predicted to certify at the test size (validation samples)."""
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    crit_p = np.asarray(critic_outputs(trained.graphdef, critic, prob.val[0]), np.float64)
-    crit_q = np.asarray(critic_outputs(trained.graphdef, critic, prob.val[1]), np.float64)
+    crit_p = np.asarray(_rowwise(critic_outputs, prob.val[0], trained.graphdef, critic), np.float64)
+    crit_q = np.asarray(_rowwise(critic_outputs, prob.val[1], trained.graphdef, critic), np.float64)
     return certification.validation_score(
         prob.divergence, crit_p, crit_q, plan.support,
         n_test=min(prob.n_test), confidence=confidence,
@@ -852,8 +873,8 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
     """
     config, div = prob.config, prob.divergence
     critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    val_crit_p = critic_outputs(trained.graphdef, critic, prob.val[0])
-    val_crit_q = critic_outputs(trained.graphdef, critic, prob.val[1])
+    val_crit_p = _rowwise(critic_outputs, prob.val[0], trained.graphdef, critic)
+    val_crit_q = _rowwise(critic_outputs, prob.val[1], trained.graphdef, critic)
     centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
     sequence = None
     if plan.method == "betting-sequence":
@@ -861,15 +882,37 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
             div.conjugate(val_crit_q), np.float64
         )
         sequence = _Sequence(div, plan, z_val, config.target, confidence)
+    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
+    # Each pass keeps its own chunk rows: padding the held-out chunks to a shared bucket of rows
+    # would share one evaluation program across passes and sizes, but moves the last float32 bits of
+    # the held-out sums (measured with tools/same_numbers.py), so the numbers would not stay the same.
     common = dict(divergence=div, centres=centres, named=trained.plain)
     held = evaluate_fixed(
         trained.graphdef, critic, *prob.test_chunks(), keep_samples=plan.method == "betting",
         on_chunk=sequence, **common,
     )  # fmt: skip
-    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
     chunks = (array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk))
     insample = evaluate_fixed(trained.graphdef, critic, *chunks, **common)
     return _Evaluated(held, insample, sequence)
+
+
+def _rowwise(fn: Callable, x, *args) -> np.ndarray:
+    """``fn(*args, x)`` of a row-wise program, on ``x`` padded to a power-of-two bucket of rows.
+
+    Each output row depends on its input row alone, so the rows kept are what the unpadded call gives,
+    and one compiled program serves every row count in a bucket.
+    """
+    n = int(x.shape[0])
+    rows = bucket_rows(n, minimum=_MIN_EVAL_ROWS)
+    host = np.asarray(x)
+    padded = np.zeros((rows,) + host.shape[1:], host.dtype)
+    padded[:n] = host
+    return np.asarray(fn(*args, jax.device_put(padded)))[:n]
+
+
+# Row-wise outputs are computed on at least this many rows (masked past the samples), so that sample
+# sizes up to it share one compiled program.
+_MIN_EVAL_ROWS = 1 << 14
 
 
 def _certify(prob: _Problem, plan, ev: _Evaluated, confidence: float):
@@ -1129,8 +1172,12 @@ def estimate_from_samples(
     p = check_samples("p_samples", p_samples)
     q = check_samples("q_samples", q_samples)
     check_same_dim(p, q)
-    k_perm, k_fit = jax.random.split(key)
-    kp, kq = jax.random.split(k_perm)
+    sizes.check_representable("p_samples", f"<array of shape {p.shape}>", p, config.dtype)
+    sizes.check_representable("q_samples", f"<array of shape {q.shape}>", q, config.dtype)
+    sizes.check_memory_for_arrays(p, q, config)
+    config, budget = _resolved(config, int(config.split[0] * min(p.shape[0], q.shape[0])))
+    k_perm, k_fit = keys.split(key)  # stored programs: the same keys as jax.random.split's
+    kp, kq = keys.split(k_perm)
     # The two shuffles are independent host sorts (NumPy releases the GIL): side by side.
     jobs = [("p_samples", p, kp, config), ("q_samples", q, kq, config)]
     p_host, q_host = threads.map_concurrently(_split, jobs, concurrent=p.shape[0] >= _SPLIT_THREADS)
@@ -1157,7 +1204,7 @@ def estimate_from_samples(
     samples = _counts(*((len(a), len(b)) for a, b in zip(p_host, q_host, strict=True)))
     call = {
         "entry": "samples", "key_data": _key_data(key), "adversary_spec": spec.to_dict(),
-        "divergence": divergence, "alpha": alpha, "convention": convention,
+        "divergence": divergence, "alpha": alpha, "convention": convention, "budget": budget,
     }  # fmt: skip
     result = _assemble(
         pq, qp, div=div, spec=spec, config=config, samples=samples,
@@ -1217,7 +1264,8 @@ def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) ->
 def _on_device(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig) -> tuple:
     """Host parts through the fitted input map, as arrays of the configured dtype."""
     dtype = jnp.dtype(config.dtype)
-    return tuple(jnp.asarray(imap(x), dtype) for x in parts)
+    # Cast on the host and put on the device once: an eager cast would compile a program per shape.
+    return tuple(jax.device_put(np.asarray(imap(x), dtype)) for x in parts)
 
 
 def _mechanism_problem(
@@ -1261,9 +1309,9 @@ def _mapped_chunks(imap: input_maps.InputMap, chunks: Iterator, dtype) -> Iterat
         return
     for c in chunks:
         if isinstance(c, Padded):
-            yield Padded(jnp.asarray(imap(np.asarray(c.x)), dtype), c.count)
+            yield Padded(np.asarray(imap(np.asarray(c.x)), dtype), c.count)
         else:
-            yield jnp.asarray(imap(np.asarray(c)), dtype)
+            yield np.asarray(imap(np.asarray(c)), dtype)
 
 
 def _mechanism_maps(config: EstimatorConfig, train, val, *, fresh_samples: bool) -> list:
@@ -1388,6 +1436,20 @@ def _sample_sizes(samples: Any, val_samples: Any, test_samples: Any) -> tuple[in
     return samples, val_samples, test_samples
 
 
+def _resolved(
+    config: EstimatorConfig, n_train: int, *, pair=None, val_samples: int = 0
+) -> tuple[EstimatorConfig, dict[str, Any]]:
+    """The configuration with its derived budget (:func:`resolve_budget`), and what was derived.
+
+    With a mechanism's ``pair``, first checks that its training and validation draws fit in memory.
+    """
+    if pair is not None:
+        sizes.check_memory_for_draws(pair, n_train, val_samples, config, jnp.dtype(config.dtype))
+    derived = derived_fields(config)
+    out = resolve_budget(config, n_train)
+    return out, {"derived": derived, "n_train": int(n_train), "rule": "default_budget"}
+
+
 @served
 def estimate(
     key: jax.Array,
@@ -1456,12 +1518,11 @@ def estimate(
     div = get_divergence(divergence, alpha=alpha, convention=convention)
     spec, domain_note = kl_domain_reduction(pair.mechanism, named, div.name)
     dtype = jnp.dtype(config.dtype)
+    config, budget = _resolved(config, samples, pair=pair, val_samples=val_samples)
     k_train, k_val, k_test, k_fit = keys.split(key, num=4)
     train = pair.sample(k_train, samples, dtype=dtype)
     val = pair.sample(k_val, val_samples, dtype=dtype)
-    mech = pair.mechanism
-    known_infinite = _known_infinite(pair, spec, div)
-
+    mech, known_infinite = pair.mechanism, _known_infinite(pair, spec, div)
     candidates = _mechanism_maps(config, train, val, fresh_samples=fresh_samples)
 
     def make_problem(swap: bool) -> list[_Problem]:
@@ -1482,6 +1543,7 @@ def estimate(
         "mechanism": getattr(mech, "label", type(mech).__name__), "adversary_spec": spec.to_dict(),
         "divergence": divergence, "alpha": alpha, "convention": convention, "samples": samples,
         "val_samples": val_samples, "test_samples": test_samples, "fresh_samples": fresh_samples,
+        "budget": budget,
     }  # fmt: skip
     result = _assemble(
         pq, qp, div=div, spec=spec, config=config, samples=counts,

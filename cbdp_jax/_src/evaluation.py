@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cbdp_jax._src import threads
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
@@ -126,25 +127,20 @@ def _chunk_body(
 def _pad(x, rows: int, like) -> tuple[Any, int]:
     """A chunk as ``rows`` rows and its sample count.
 
-    ``x`` is an array, a :class:`Padded` chunk or None (an exhausted side: all padding). Host arrays are
-    padded on the host, device arrays by one stored program (no eager device operations).
+    ``x`` is an array, a :class:`Padded` chunk or None (an exhausted side: all padding). A chunk with
+    fewer rows is padded on the host (no program of its own to compile for each shape).
     """
     if isinstance(x, Padded):
-        return x.x, int(x.count)
+        if int(x.x.shape[0]) == rows:
+            return x.x, int(x.count)
+        x = np.asarray(x.x)[: int(x.count)]
     if x is None:
         return np.zeros((rows,) + tuple(like.shape[1:]), like.dtype), 0
     n = int(x.shape[0])
     if n == rows:
         return x, n
-    if isinstance(x, np.ndarray):
-        return np.concatenate([x, np.zeros((rows - n,) + x.shape[1:], x.dtype)]), n
-    return _block(x, 0, rows=rows, n=n), n
-
-
-@persistent_jit(static_argnames=("rows", "n"))
-def _block(x: jax.Array, start, *, rows: int, n: int) -> jax.Array:
-    """Rows ``start .. start + n`` of ``x``, zero-padded to ``rows`` rows (one program per shape)."""
-    return pad_rows(jax.lax.dynamic_slice_in_dim(x, start, n, axis=0), rows)
+    host = np.asarray(x)
+    return np.concatenate([host, np.zeros((rows - n,) + host.shape[1:], host.dtype)]), n
 
 
 def pad_rows(x: jax.Array, rows: int) -> jax.Array:
@@ -165,6 +161,7 @@ def evaluate_fixed(
     capacity: int = tails.DEFAULT_CAPACITY,
     on_chunk: Callable[[held_out.HeldOut], bool] | None = None,
     named: tuple[float, float] | None = None,
+    rows: int | None = None,
 ) -> held_out.HeldOut:
     """Streams held-out chunks of P and Q through the fixed critic; returns the merged statistics.
 
@@ -183,6 +180,8 @@ def evaluate_fixed(
       named: ``(scale, shift)`` of a second, unbounded critic ``scale * h + shift`` of the same
         network whose terms are recorded too (``HeldOut.named``): the member of the named class the
         estimate is reported for. None: not recorded.
+      rows: Every chunk is padded to this many rows (at least the largest chunk's), so that streams
+        of other sizes share the compiled program; None: the first chunk's row count.
 
     Returns:
       :class:`~cbdp_jax._src.statistics.held_out.HeldOut` statistics (float64, on the host).
@@ -190,10 +189,11 @@ def evaluate_fixed(
     """
     acc = held_out.empty(keep_samples, capacity, named=named is not None)
     named_map = (critic.scale, critic.shift) if named is None else named
-    rows = None
     sentinel = object()
     p_iter, q_iter = iter(p_chunks), iter(q_chunks)
     while True:
+        if threads.cancelled():
+            raise KeyboardInterrupt("evaluation cancelled")
         xp, xq = next(p_iter, sentinel), next(q_iter, sentinel)
         if xp is sentinel and xq is sentinel:
             break
@@ -239,18 +239,13 @@ def evaluate_fixed(
 def array_chunks(x: jax.Array, chunk: int) -> Iterator[jax.Array]:
     """Yields consecutive row blocks of ``x`` of ``chunk`` rows (``x`` itself if it fits).
 
-    A device array's last, shorter block comes :class:`Padded` to ``chunk`` rows by the stored program
-    that cuts it (no eager slicing or padding); a host array's blocks are host slices.
+    A device array longer than a chunk is read to the host once and cut there: no slicing program
+    to compile for each shape (the evaluation pads the last, shorter block on the host too).
     """
     n = int(x.shape[0])
     if n <= chunk:
         yield x
         return
+    host = np.asarray(x)
     for start in range(0, n, chunk):
-        m = min(chunk, n - start)
-        if isinstance(x, np.ndarray):
-            yield x[start : start + m]
-        elif m == chunk:
-            yield _block(x, start, rows=chunk, n=chunk)
-        else:
-            yield Padded(_block(x, start, rows=chunk, n=m), m)
+        yield host[start : start + chunk]

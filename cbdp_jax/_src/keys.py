@@ -74,10 +74,16 @@ def permutation(key: jax.Array, n: int) -> np.ndarray:
     """
     rounds = math.ceil(3 * math.log(max(1, n)) / math.log(np.iinfo(np.uint32).max))
     x = np.arange(n)
+    # Drawn for a power-of-two bucket of n and cut to n: threefry's bits are counter-based (the first
+    # n of a longer draw are the draw of n), so one stored program serves every n in a bucket.
+    rows = max(_MIN_BUCKET, 1 << max(n - 1, 0).bit_length())
     for _ in range(rounds):
-        key, bits = _sort_keys(key, n=n)
-        x = x[_stable_argsort_u32(np.asarray(bits))]
+        key, bits = _sort_keys(key, n=rows)
+        x = x[_stable_argsort_u32(np.asarray(bits)[:n])]
     return x
+
+
+_MIN_BUCKET = 1 << 16
 
 
 __all__ = ["fold_in", "from_seed", "permutation", "split", "split_array"]

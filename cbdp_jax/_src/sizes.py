@@ -18,7 +18,10 @@ samples XLA asked for 234 GB in one allocation (780 bytes per sample).
 
 from __future__ import annotations
 
+import math
 import os
+
+import numpy as np
 
 from cbdp_jax._src.validation import InvalidParameterError
 
@@ -83,8 +86,6 @@ def estimate_bytes(
 
 def critic_units(spec, dim: int) -> int:
     """Hidden units one critic of ``spec`` (an ``AdversarySpec``) computes per sample."""
-    import math
-
     if spec.name in ("mlp", "relu2"):
         return int(spec.width)
     if spec.name == "rff":
@@ -119,8 +120,6 @@ def check_fits(option: str, value: object, needed: int, what: str) -> None:
 
 def check_representable(option: str, shown: str, arr, dtype: str) -> None:
     """Refuses samples beyond ``dtype``'s range (they would turn into inf when cast), naming ``option``."""
-    import numpy as np
-
     largest = float(np.finfo(np.dtype(dtype)).max)
     if arr.size == 0:
         return
@@ -146,10 +145,41 @@ def out_of_memory_text(exc: BaseException) -> str | None:
     )
 
 
+def check_memory_for_draws(pair, samples: int, val_samples: int, config, dtype) -> None:
+    """Before an estimator draws: the training and validation samples of both sides must fit.
+
+    Counts the samples (:func:`estimate_bytes` with one unit per value); the command line adds the
+    critics' hidden units, which it knows from the class.
+    """
+    dim = _output_dim(pair, dtype)
+    itemsize = np.dtype(dtype).itemsize
+    needed = estimate_bytes(
+        samples, val_samples, dim, itemsize, units=0, eval_chunk=config.eval_chunk
+    )
+    check_fits("samples", samples, needed, "its samples")
+
+
+def _output_dim(pair, dtype) -> int:
+    """The dimension of one output of the pair's mechanism (traced, never run)."""
+    import jax
+
+    shape = jax.eval_shape(lambda k: pair.sample(k, 1, dtype=dtype)[0], jax.random.key(0)).shape
+    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def check_memory_for_arrays(p: np.ndarray, q: np.ndarray, config) -> None:
+    """Sample arrays: their copies in the configured dtype (shuffled parts, padding) must fit."""
+    itemsize = np.dtype(config.dtype).itemsize
+    needed = 3 * (p.shape[0] + q.shape[0]) * p.shape[1] * itemsize
+    check_fits("p_samples", f"<array of shape {p.shape}>", needed, "the samples' copies")
+
+
 __all__ = [
     "MEMORY_SHARE",
     "available_bytes",
     "check_fits",
+    "check_memory_for_arrays",
+    "check_memory_for_draws",
     "check_representable",
     "critic_units",
     "estimate_bytes",

@@ -50,6 +50,16 @@ def settings_carry_over() -> bool:
     return bool(seen) and seen[0] == here
 
 
+# Set while an interrupt (Ctrl-C) in the calling thread waits for pipelines in other threads to stop:
+# long loops (training segments, evaluation chunks) check it between compiled calls.
+_CANCEL = threading.Event()
+
+
+def cancelled() -> bool:
+    """Whether pipelines running in threads should stop now (their caller was interrupted)."""
+    return _CANCEL.is_set()
+
+
 def map_concurrently(
     fn: Callable[..., T], items: Sequence[Any], *, concurrent: bool = True
 ) -> list[T]:
@@ -57,9 +67,18 @@ def map_concurrently(
 
     Results come back in the order of ``items``; an exception in any call is raised here. With one
     item, ``concurrent=False`` or thread-local JAX settings in force, the calls run here in order.
+    An interrupt (``KeyboardInterrupt``) while waiting tells the threads to stop (:func:`cancelled`)
+    and is raised once they have.
     """
     if len(items) < 2 or not concurrent or not settings_carry_over():
         return [fn(*item) for item in items]
-    with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="cbdp") as pool:
-        futures = [pool.submit(fn, *item) for item in items]
+    pool = ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="cbdp")
+    futures = [pool.submit(fn, *item) for item in items]
+    try:
         return [f.result() for f in futures]
+    except BaseException:
+        _CANCEL.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _CANCEL.clear()

@@ -14,6 +14,7 @@ from the mechanism inside the step (no dataset materialised; memory independent 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
@@ -233,42 +234,105 @@ def shared_counts(opt_state) -> Any:
     return jax.tree.map(lambda x: x[0] if jnp.issubdtype(x.dtype, jnp.integer) else x, opt_state)
 
 
-@persistent_jit(
-    static_argnames=(
-        "trainer",
-        "steps",
-        "eval_every",
-        "batch_size",
-        "sampler",
-        "progress",
-        "patience",
-    )
-)
-def _train_jit(key, state, train_p, train_q, val_p, val_q, **static):
-    """The compiled training program: :func:`_train_body`, looked up when traced.
+# Blocks one training segment can hold (its curves' rows); the host loop never asks for more.
+SEGMENT_BLOCKS = 64
+# The wall time one compiled training segment aims at: short enough that Ctrl-C lands within about a
+# second and a progress display moves, long enough that the host round trip between segments
+# (a few hundred microseconds) is noise.
+SEGMENT_SECONDS = 0.25
+# Row counts of training arrays are rounded up to a bucket (masked rows past the samples) so that one
+# compiled training segment serves every sample size in it: powers of two from this many rows.
+MIN_BUCKET = 1 << 16
+# No patience: a count no run reaches.
+_NO_PATIENCE = 1 << 30
+
+
+class TrainingProgress(NamedTuple):
+    """What a progress callback is told after each compiled training segment (about 4 a second).
+
+    Attributes:
+      block: Evaluation blocks done.
+      blocks: Blocks in the budget (training may stop earlier, with patience).
+      step: Optimiser steps done.
+      steps: Optimiser steps in the budget.
+
+    """
+
+    block: int
+    blocks: int
+    step: int
+    steps: int
+
+
+def bucket_rows(n: int, minimum: int = MIN_BUCKET) -> int:
+    """The row count a training array of ``n`` rows is padded to: a power of two, at least ``minimum``."""
+    return max(int(minimum), 1 << max(int(n) - 1, 0).bit_length())
+
+
+def _padded(x, rows: int) -> jax.Array:
+    """``x`` with zero rows appended up to ``rows``, put on the device once.
+
+    Padded on the host: no program of its own to compile for each shape.
+    """
+    n = int(x.shape[0])
+    if n == rows:
+        return x
+    host = np.asarray(x)
+    out = np.zeros((rows,) + host.shape[1:], host.dtype)
+    out[:n] = host
+    return jax.device_put(out)
+
+
+class _Carry(NamedTuple):
+    """The training loop's state between segments (on the device)."""
+
+    state: TrainState
+    last: jax.Array  # each member's last training value [M]
+    best_params: Any
+    best_value: jax.Array  # [M]
+    finite: jax.Array  # [M] bool
+    since: jax.Array  # validation checks since each member's last new best [M] int32
+
+
+@persistent_jit(static_argnames=("trainer", "batch_size", "sampler"))
+def _train_jit(key, carry, bounds, train_p, train_q, counts, val_p, val_q, **static):
+    """The compiled training segment: :func:`_train_body`, looked up when traced.
 
     The lookup lets a test wrap the body with ``chex.assert_max_traces`` to assert that a second call
-    with the same shapes compiles nothing.
+    (another size in the same bucket, another step count) compiles nothing.
     """
-    return _train_body(key, state, train_p, train_q, val_p, val_q, **static)
+    return _train_body(key, carry, bounds, train_p, train_q, counts, val_p, val_q, **static)
 
 
 def _train_body(
     key,
-    state: TrainState,
+    carry: _Carry,
+    bounds,
     train_p,
     train_q,
+    counts,
     val_p,
     val_q,
     *,
     trainer: Trainer,
-    steps: int,
-    eval_every: int,
     batch_size: int | None,
     sampler: Callable | None,
-    progress: Callable[[Any], None] | None,
-    patience: int | None = None,
 ):
+    """Steps ``bounds[0] .. bounds[1]`` of a run, validating at every multiple of ``bounds[2]``.
+
+    ``bounds = (start, end, eval_every, patience)`` are run-time values (int32), so one program serves
+    every step count, every evaluation interval and every patience. Step ``s`` uses the key
+    ``fold_in(fold_in(key, s // eval_every), s % eval_every)``, which is
+    ``split(split(key, blocks)[s // eval_every], eval_every)[s % eval_every]`` (threefry's split is
+    a fold-in of the index): the minibatches do not depend on how the run is cut into segments. The
+    segment also ends early once every member is stale (``patience`` checks in a row without a new
+    best, or no longer finite). Returns the carry, the curves of the blocks it finished (rows
+    ``[SEGMENT_BLOCKS, M]``, NaN past them), the number of steps it ran and whether all are stale.
+
+    Training arrays may hold padding rows: minibatch indices are drawn below ``counts`` (the real row
+    counts), with the same draws as over arrays of exactly that many rows.
+    """
+    start, end, every, patience = bounds
     dtype = val_p.dtype
 
     def batch(k):
@@ -278,10 +342,11 @@ def _train_body(
         if batch_size is None:
             return train_p, train_q
         kp, kq = jax.random.split(k)
-        ip = jax.random.randint(kp, (batch_size,), 0, train_p.shape[0])
-        iq = jax.random.randint(kq, (batch_size,), 0, train_q.shape[0])
+        ip = jax.random.randint(kp, (batch_size,), 0, counts[0])
+        iq = jax.random.randint(kq, (batch_size,), 0, counts[1])
         return train_p[ip], train_q[iq]
 
+    state = carry.state
     if not trainer.line_search:
         state = state._replace(opt_state=shared_counts(state.opt_state))
     axes = state_axes(trainer, state)
@@ -289,21 +354,109 @@ def _train_body(
     vstep = jax.vmap(trainer.step, in_axes=(None, axes, None), out_axes=(axes, 0))
     vvalue = jax.vmap(trainer.value, in_axes=(axes, None))
 
-    def step(st, k):
+    def validate(st):
+        return vvalue(st, (val_p, val_q))
+
+    def fresh(c):
+        # The run's first segment: the initial critics are the first candidates (as before training).
+        v0 = validate(c.state)
+        v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
+        return c._replace(last=v0, best_params=c.state.params, best_value=v0)
+
+    carry = carry._replace(state=state)
+    carry = jax.lax.cond(start == 0, fresh, lambda c: c, carry)
+    members = carry.best_value.shape[0]
+    nan = jnp.full((SEGMENT_BLOCKS, members), jnp.nan, carry.best_value.dtype)
+
+    def step(s, c):
+        st, last = c
+        k = jax.random.fold_in(jax.random.fold_in(key, s // every), s % every)
         st, info = vstep(k, st, batch(k))
         return st, info.value
 
-    n_blocks = max(steps // eval_every, 1)
-    step_keys = jax.vmap(lambda k: jax.random.split(k, eval_every))(jax.random.split(key, n_blocks))
-    best_p, best_v, finite, train_v, val_v = early_stopping_scan(
-        step,
-        lambda st: vvalue(st, (val_p, val_q)),
-        state,
-        step_keys,
-        progress=progress,
-        patience=patience,
+    def stale(c):
+        # Without patience (its sentinel) a run is never cut short, not even when every member diverged.
+        return (patience < _NO_PATIENCE) & ~jnp.any(c.finite & (c.since < patience))
+
+    def more(loop):
+        s, c, _, _, _ = loop
+        return (s < end) & ~stale(c)
+
+    def run(loop):
+        s, c, row, train_c, val_c = loop
+        stop = jnp.minimum((s // every + 1) * every, end)
+        st, last = jax.lax.fori_loop(s, stop, step, (c.state, c.last))
+        c = c._replace(state=st, last=last)
+
+        check = functools.partial(_check, validate)
+        ended = stop % every == 0
+        c, row, train_c, val_c = jax.lax.cond(ended, check, lambda a: a, (c, row, train_c, val_c))
+        return stop, c, row, train_c, val_c
+
+    s, carry, rows, train_c, val_c = jax.lax.while_loop(
+        more, run, (start, carry, jnp.zeros((), jnp.int32), nan, nan)
     )
-    return TrainOutput(best_p, best_v, TrainTrace(train_v, val_v), finite)
+    if not trainer.line_search:  # back to one count per member, the form the carry came in
+        opt = jax.tree.map(
+            lambda x: jnp.broadcast_to(x, (members,) + x.shape)
+            if jnp.issubdtype(x.dtype, jnp.integer) else x,
+            carry.state.opt_state,
+        )  # fmt: skip
+        carry = carry._replace(state=carry.state._replace(opt_state=opt))
+    return carry, train_c, val_c, s - start, rows, stale(carry)
+
+
+def _check(validate, args):
+    """A validation check at a block's end: each member's best parameters, value and staleness."""
+    c, row, train_c, val_c = args
+    v = validate(c.state)
+    finite = c.finite & jnp.isfinite(v) & finite_members(c.state.params)
+    v = jnp.where(finite, v, -jnp.inf)
+    better = v > c.best_value
+    c = c._replace(
+        best_params=where_members(better, c.state.params, c.best_params),
+        best_value=jnp.where(better, v, c.best_value),
+        finite=finite,
+        since=jnp.where(better, 0, c.since + 1),
+    )
+    return c, row + 1, train_c.at[row].set(c.last), val_c.at[row].set(v)
+
+
+def _segments(segment, carry, blocks: int, every: int, patience: int, *, progress,
+              segment_seconds: float, cancelled):  # fmt: skip
+    """The host loop of :func:`train_ensemble`: compiled segments until the budget or patience ends.
+
+    Returns the last carry and the curves ``[blocks, M]`` (NaN rows for blocks not run).
+    """
+    total = blocks * every
+    members, dtype = carry.best_value.shape[0], np.dtype(carry.best_value.dtype)
+    train_c = np.full((blocks, members), np.nan, dtype)
+    val_c = np.full((blocks, members), np.nan, dtype)
+    # The first two segments are short (the first one compiles); then each aims at segment_seconds.
+    done, block, seg = 0, 0, min(every, 8)
+    while done < total:
+        end = min(total, done + seg, (block + SEGMENT_BLOCKS) * every)
+        t0 = time.perf_counter()
+        carry, tc, vc, ran, finished, stale = segment(
+            carry, np.array([done, end, every, patience], np.int32)
+        )
+        ran, finished, stale = int(ran), int(finished), bool(stale)
+        seconds = time.perf_counter() - t0
+        if finished:
+            train_c[block : block + finished] = np.asarray(tc)[:finished]
+            val_c[block : block + finished] = np.asarray(vc)[:finished]
+        first = done == 0
+        done += ran
+        block += finished
+        if progress is not None:
+            progress(TrainingProgress(block, blocks, done, total))
+        if stale or ran == 0:
+            break
+        if cancelled is not None and cancelled():
+            raise KeyboardInterrupt("training cancelled")
+        if not first:  # the first call's time is mostly its compile
+            seg = max(1, int(segment_seconds / max(seconds / max(ran, 1), 1e-9)))
+    return carry, train_c, val_c
 
 
 def train_ensemble(
@@ -319,10 +472,20 @@ def train_ensemble(
     steps: int = 2000,
     eval_every: int = 100,
     batch_size: int | None = 4096,
-    progress: Callable[[Any], None] | None = None,
+    progress: Callable[[TrainingProgress], None] | None = None,
     patience: int | None = None,
+    segment_seconds: float = SEGMENT_SECONDS,
+    cancelled: Callable[[], bool] | None = None,
 ) -> TrainOutput:
-    """Trains a stacked ensemble of adversaries in one compiled call.
+    """Trains a stacked ensemble of adversaries, in compiled segments driven from the host.
+
+    The step count, the evaluation interval and the patience are run-time values of one compiled
+    program (a new budget compiles nothing), and the training arrays are padded to a bucket of rows
+    (:func:`bucket_rows`), so a new sample size in the same bucket compiles nothing either. Each
+    compiled call runs about ``segment_seconds`` of steps (the first two a few steps: the first one
+    compiles), so an interrupt (Ctrl-C) or ``cancelled`` is seen between segments, and ``progress``
+    is called after each segment.
+    How the run is cut into segments does not change a number (:func:`_train_body`).
 
     Args:
       key: A typed PRNG key (minibatch indices or fresh samples).
@@ -338,18 +501,22 @@ def train_ensemble(
       eval_every: Steps between validation evaluations (early stopping granularity); at most
         ``steps``.
       batch_size: Minibatch size per side; None for full batch.
-      progress: Optional hashable host callback called with the block index after each evaluation
-        block (progress bars); part of the compiled program's cache key.
+      progress: Optional host callback, called with a :class:`TrainingProgress` after each
+        segment (steps done and the budget's, for a count and an ETA).
       patience: Stop when every member has gone this many validation checks without a new best
         (:func:`early_stopping_scan`); None trains all ``steps``. The trace's rows of blocks not run
         are NaN.
+      segment_seconds: The wall time each compiled call aims at.
+      cancelled: Optional host check between segments; when it returns True, training stops with
+        ``KeyboardInterrupt``.
 
     Returns:
-      A :class:`TrainOutput`.
+      A :class:`TrainOutput` (its trace as host arrays).
 
     Raises:
       InvalidParameterError: A line-search optimiser (L-BFGS) with minibatches or fresh samples: its
         line search would compare losses of different batches.
+      KeyboardInterrupt: ``cancelled`` returned True.
 
     """
     if sampler is None:
@@ -364,18 +531,28 @@ def train_ensemble(
             "optimizer='lbfgs' is invalid with minibatches or fresh samples: its line search "
             "compares losses of one fixed batch; use batch_size=None with stored samples, or Adam"
         )
-    return _train_jit(
-        key,
-        state,
-        train_p,
-        train_q,
-        val_p,
-        val_q,
-        trainer=trainer,
-        steps=int(steps),
-        eval_every=min(int(eval_every), int(steps)),
-        batch_size=batch_size,
-        sampler=sampler,
-        progress=progress,
-        patience=None if patience is None else int(patience),
+    every = min(int(eval_every), int(steps))
+    counts = np.array([train_p.shape[0], train_q.shape[0]], np.int32)
+    if sampler is None and batch_size is not None:
+        # Minibatches index below the real counts: padding rows are never drawn.
+        rows = bucket_rows(max(counts))
+        train_p, train_q = _padded(train_p, rows), _padded(train_q, rows)
+    members = jax.tree.leaves(state.params)[0].shape[0]
+    zeros = np.zeros((members,), np.dtype(val_p.dtype))
+    carry = _Carry(
+        state, zeros, state.params, zeros, np.ones((members,), bool),
+        np.zeros((members,), np.int32),
+    )  # fmt: skip
+    static = {"trainer": trainer, "batch_size": batch_size, "sampler": sampler}
+
+    def segment(carry, bounds):
+        return _train_jit(key, carry, bounds, train_p, train_q, counts, val_p, val_q, **static)
+
+    pat = _NO_PATIENCE if patience is None else int(patience)
+    carry, train_c, val_c = _segments(
+        segment, carry, max(int(steps) // every, 1), every, pat, progress=progress,
+        segment_seconds=segment_seconds, cancelled=cancelled,
+    )  # fmt: skip
+    return TrainOutput(
+        carry.best_params, carry.best_value, TrainTrace(train_c, val_c), carry.finite
     )

@@ -80,10 +80,13 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     }
     _check_adversary_flags(args["adversary"], options)
     bar = None
+    # Budget settings not given come from the library's rule (estimator.default_budget), resolved
+    # once the number of training samples is known; the result records what ran.
+    patience = args.get("patience")
     cfg_kwargs = dict(
-        steps=args["steps"],
-        ensemble=args["ensemble"],
-        batch_size=args["batch_size"],
+        steps=_or_auto(args["steps"]),
+        ensemble=_or_auto(args["ensemble"]),
+        batch_size=_or_auto(args["batch_size"]),
         learning_rate=args["learning_rate"],
         confidence=args["confidence"],
         both_directions=args["both_directions"],
@@ -91,8 +94,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         input_map=args.get("input_map", "auto"),
         target=args.get("target"),
         dtype=args["dtype"],
-        eval_every=max(1, min(100, args["steps"] // 10)),
-        patience=args.get("patience"),
+        patience="auto" if patience is None else (None if patience == 0 else patience),
     )
     if args["dtype"] == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -101,9 +103,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     if progress:
         from cbdp_jax._src.progress import Progress
 
-        blocks = max(args["steps"] // cfg_kwargs["eval_every"], 1)
-        directions = 2 if args["both_directions"] else 1
-        bar = Progress("cbdp estimate: training", total=blocks * directions, unit="blocks")
+        bar = Progress("cbdp estimate: training", unit="steps")  # the library reports the total
         cfg_kwargs["progress"] = _ProgressHook(bar)
         bar.__enter__()
     try:
@@ -128,6 +128,11 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
         if bar is not None:
             bar.close()
     return result
+
+
+def _or_auto(value):
+    """A budget option: the value given, or 'auto' (the library's rule) when not given."""
+    return "auto" if value is None else value
 
 
 def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
@@ -161,17 +166,17 @@ def _check_samples_fit(args: dict[str, Any], dim: int) -> None:
     import numpy as np
 
     from cbdp_jax._src.adversaries import make_adversary
+    from cbdp_jax._src.budget import default_budget
     from cbdp_jax._src.sizes import check_fits, critic_units, estimate_bytes
 
     spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
     itemsize = np.dtype(args["dtype"]).itemsize
     units = critic_units(spec, dim)
-    needed = estimate_bytes(
-        args["samples"], None, dim, itemsize, ensemble=args["ensemble"], units=units
-    )
+    ensemble = args["ensemble"] or default_budget(args["samples"]).ensemble
+    needed = estimate_bytes(args["samples"], None, dim, itemsize, ensemble=ensemble, units=units)
     what = (
         f"its samples ({dim} {args['dtype']} value{'s' if dim > 1 else ''} each, both sides: "
-        f"training, validation, padded copies, a test chunk) and {args['ensemble']} critics' "
+        f"training, validation, padded copies, a test chunk) and {ensemble} critics' "
         f"{units} hidden units on the validation samples"
     )
     check_fits("samples", args["samples"], needed, what)
@@ -370,16 +375,18 @@ def estimate_cmd(
     alpha: Annotated[float | None, typer.Option(help="Renyi order, > 1")] = None,
     samples: Annotated[int, typer.Option(help="training samples per side")] = 100_000,
     test_samples: Annotated[int | None, typer.Option(help="held-out samples per side")] = None,
-    steps: Annotated[int, typer.Option(help="optimiser steps")] = 2000,
+    steps: Annotated[int | None, typer.Option(help="optimiser steps (default: by size)")] = None,
     patience: Annotated[
         int | None,
         typer.Option(
-            help="stop training once every adversary has gone this many validation checks "
-            "without a new best (default: train all steps)"
+            help="stop once every adversary has gone this many validation checks without a new "
+            "best; 0 trains all steps (default: by size with the steps by size, else 0)"
         ),
     ] = None,
-    ensemble: Annotated[int, typer.Option(help="adversaries trained at once")] = 4,
-    batch_size: Annotated[int, typer.Option(help="minibatch per side")] = 4096,
+    ensemble: Annotated[int | None, typer.Option(help="adversaries (default: by size)")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="minibatch per side (default: by size)")
+    ] = None,
     learning_rate: Annotated[float, typer.Option(help="Adam step size")] = 1e-2,
     confidence: Annotated[float, typer.Option(help="level of the lower bound")] = 0.95,
     both_directions: Annotated[

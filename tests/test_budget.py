@@ -56,10 +56,13 @@ def test_resolve_budget_keeps_what_the_user_gave():
     cfg = EstimatorConfig()
     assert (cfg.steps, cfg.ensemble, cfg.batch_size, cfg.eval_every, cfg.patience) == ("auto",) * 5
     got = resolve_budget(EstimatorConfig(steps=1000, batch_size=None), 5_000)
-    # Given: steps and full batch; derived: one adversary, 10 checks of the given steps, patience.
+    # Given: steps and full batch; derived: one adversary, 10 checks of the given steps, and no
+    # early stop (the steps given are trained in full, as before the rule).
     assert (got.steps, got.batch_size, got.ensemble, got.eval_every, got.patience) == (
-        1000, None, 1, 100, 5,
+        1000, None, 1, 100, None,
     )  # fmt: skip
+    # With the steps derived too, the rule's patience applies (negative control of the line above).
+    assert resolve_budget(EstimatorConfig(batch_size=None), 5_000).patience == 5
     # Given steps: a check every tenth of them, at most every 100 steps.
     assert resolve_budget(EstimatorConfig(steps=200_000), 5_000).eval_every == 100
     assert resolve_budget(EstimatorConfig(steps=50), 5_000).eval_every == 5
@@ -150,7 +153,7 @@ def test_sample_counts_that_would_not_fit_are_refused_before_drawing(monkeypatch
     with pytest.raises(InvalidParameterError, match=r"samples=100000 is invalid: .*1 MiB"):
         estimate(jax.random.key(0), LaplaceMechanism(epsilon=1.0), samples=100_000)
     rng = np.random.default_rng(0)
-    with pytest.raises(InvalidParameterError, match=r"p_samples=.* is invalid: its samples need"):
+    with pytest.raises(InvalidParameterError, match=r"p_samples=.* is invalid: the samples' copies need"):
         estimate_from_samples(jax.random.key(0), rng.normal(size=100_000), rng.normal(size=100_000))
 
 

@@ -10,7 +10,21 @@ wall time and the environment goes to one JSON file, so two runs compare with ``
     python tools/same_numbers.py /tmp/after.json
     cmp /tmp/before.json /tmp/after.json && echo identical
 
-A few minutes on 2 CPU cores.
+A few minutes on 2 CPU cores. Where a change moves the last float32 bits on purpose (a sum over
+padded rows in another order), ``--compare BEFORE AFTER`` compares the two files field by field:
+equal strings and flags, numbers within a relative tolerance (``--rtol``, default 1e-3; numbers
+inside a message also within one unit of their last printed digit; a Hill tail index I within
+10^-6 I^2 more), and prints the largest difference of each field. Why 1e-3: the estimates' standard errors at these sizes are 1-10% of
+their values, so a difference 30-100 times below them changes no conclusion, while it still catches a
+change of method (a different split, minibatch, member or map moves a bound by percents).
+
+A change of the last bit of the inputs' standardisation (or of any starting point of training) is
+amplified by a few hundred Adam steps: a record whose training or validation curve moved by more
+than rounding (1e-5 relative; a sum in another order moves them by about 1e-7) has trained another
+critic, and its numbers move like those of a rerun. For such a record (listed as "trajectory
+moved") only its lower bound is compared, within ``--se`` (default 2) standard errors of its
+estimate, and the estimates are printed beside it: a systematic shift of the method still fails, the
+chaos of training does not.
 """
 
 from __future__ import annotations
@@ -18,6 +32,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import re
 
 import jax
 import numpy as np
@@ -84,11 +100,138 @@ def run() -> list[dict]:
     return rows
 
 
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan")
+
+
+def _as_float(v) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    return None
+
+
+def _unit(token: str) -> float:
+    """One unit of the last printed digit of a number in a message (0 for an integer token)."""
+    mantissa = token.lower().split("e")[0]
+    exponent = int(token.lower().split("e")[1]) if "e" in token.lower() else 0
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 10.0 ** (exponent - decimals) if ("." in mantissa or "e" in token.lower()) else 0.0
+
+
+def _close(a: float, b: float, rtol: float, unit: float = 0.0) -> tuple[bool, float]:
+    if a == b or (math.isnan(a) and math.isnan(b)):
+        return True, 0.0
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return False, math.inf
+    diff = abs(a - b)
+    rel = diff / max(abs(a), abs(b))
+    return diff <= rtol * max(abs(a), abs(b)) + unit, rel
+
+
+def compare(before, after, rtol: float, path: str = "", worst: dict | None = None) -> list[str]:
+    """The differences beyond the tolerance between two records (and each field's largest, in ``worst``)."""
+    worst = {} if worst is None else worst
+    field = re.sub(r"\[\d+\]", "[]", path)
+    fa, fb = _as_float(before), _as_float(after)
+    if fa is not None and fb is not None:
+        # Hill's index I is 1 / (mean log-spacing of the top order statistics): a relative change e
+        # of the values moves it by about e * I relative (I = 2 x 10^4: by 2 x 10^-3 for e = 10^-7).
+        unit = 1e-6 * fa * fa if "tail_index" in path and math.isfinite(fa) else 0.0
+        ok, rel = _close(fa, fb, rtol, unit)
+        worst[field] = max(worst.get(field, 0.0), rel)
+        return [] if ok else [f"{path}: {before!r} -> {after!r}"]
+    if isinstance(before, dict) and isinstance(after, dict):
+        if before.keys() != after.keys():
+            return [f"{path}: fields {sorted(before)} -> {sorted(after)}"]
+        return [d for k in before for d in compare(before[k], after[k], rtol, f"{path}.{k}", worst)]
+    if isinstance(before, list) and isinstance(after, list):
+        if len(before) != len(after):
+            return [f"{path}: {len(before)} entries -> {len(after)}"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(before, after, strict=True))
+            for d in compare(x, y, rtol, f"{path}[{i}]", worst)
+        ]
+    if isinstance(before, str) and isinstance(after, str):
+        ta, tb = _NUMBER.findall(before), _NUMBER.findall(after)
+        if _NUMBER.split(before) != _NUMBER.split(after) or len(ta) != len(tb):
+            return [f"{path}: {before!r} -> {after!r}"]
+        for x, y in zip(ta, tb, strict=True):
+            ok, rel = _close(float(x), float(y), rtol, max(_unit(x), _unit(y)))
+            worst[field] = max(worst.get(field, 0.0), rel)
+            if not ok:
+                return [f"{path}: {before!r} -> {after!r}"]
+        return []
+    return [] if before == after else [f"{path}: {before!r} -> {after!r}"]
+
+
+# A training or validation curve that moved by more than this (relative) took another path.
+_MOVED = 1e-5
+
+
+def _moved(a: dict, b: dict) -> bool:
+    """Whether training took another path: a curve of either direction moved beyond rounding."""
+    for x, y in ((a, b), (a.get("reverse"), b.get("reverse"))):
+        if not x or not y:
+            continue
+        for curve in ("val_objective", "train_objective"):
+            ca, cb = x["curves"].get(curve, []), y["curves"].get(curve, [])
+            if len(ca) != len(cb) or compare(ca, cb, _MOVED):
+                return True
+    return False
+
+
+def _within_errors(a: dict, b: dict, k: float) -> str:
+    """Whether the bounds of two records agree within ``k`` standard errors (and how, estimates too)."""
+    out = []
+    for x, y in ((a, b), (a.get("reverse"), b.get("reverse"))):
+        if not x or not y:
+            continue
+        se = max(float(x["std_error"]), float(y["std_error"]))
+        for field in ("estimate", "lower_bound"):
+            u, v = float(x[field]), float(y[field])
+            if u == v:
+                continue
+            ratio = abs(u - v) / se if se > 0 and math.isfinite(se) else math.inf
+            counted = ratio if field == "lower_bound" else 0.0
+            out.append((counted, f"{field} {u:.6g} -> {v:.6g} ({ratio:.2f} SE)"))
+    worst = max((r for r, _ in out), default=0.0)
+    text = ", ".join(t for _, t in out) or "estimate and bound equal"
+    return f"within {k:g} SE: {text}" if worst <= k else f"BEYOND {k:g} SE: {text}"
+
+
 def main() -> None:
-    """Writes the records to the JSON file named on the command line."""
+    """Writes the records to the JSON file named on the command line, or compares two files."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", help="JSON file to write")
+    ap.add_argument("out", nargs="?", help="JSON file to write")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two files")
+    ap.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --compare")
+    ap.add_argument("--se", type=float, default=2.0, help="standard errors, where training moved")
     args = ap.parse_args()
+    if args.compare:
+        before, after = (json.load(open(f)) for f in args.compare)
+        worst: dict[str, float] = {}
+        diffs = []
+        for i, (a, b) in enumerate(zip(before, after, strict=True)):
+            if _moved(a["result"], b["result"]):
+                moved = _within_errors(a["result"], b["result"], args.se)
+                print(f"trajectory moved [{i}] {a.get('case')} {a.get('seed')} "
+                      f"{a.get('adversary')} {a.get('divergence')}: {moved}")  # fmt: skip
+                if not moved.startswith("within"):
+                    diffs.append(f"[{i}]: {moved}")
+                continue
+            diffs += compare(a, b, args.rtol, f"[{i}]", worst)
+        for field, rel in sorted(worst.items(), key=lambda kv: -kv[1]):
+            if rel > 0:
+                print(f"largest relative difference {rel:.2e}  {field}")
+        for d in diffs:
+            print("DIFFERS", d)
+        print("identical" if not any(worst.values()) and not diffs else
+              f"{len(diffs)} differences beyond rtol={args.rtol:g}")  # fmt: skip
+        raise SystemExit(1 if diffs else 0)
     with open(args.out, "w") as fh:
         json.dump(run(), fh, default=str, indent=1)
 

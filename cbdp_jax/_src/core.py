@@ -82,9 +82,10 @@ class Trainer(NamedTuple):
       init: ``(key, x_reference [n, d]) -> TrainState``: inputs standardised with the reference
         sample's mean and spread.
       step: ``(key, state, (x_p, x_q), alpha=None) -> (TrainState, StepInfo)``.
-      value: ``(state, (x_p, x_q), alpha=None) -> scalar`` validation criterion: the training
-        objective, or for the scale-free Renyi form its value minus 1.645 standard errors
+      value: ``(state, (x_p, x_q), alpha=None, masks=None) -> scalar`` validation criterion: the
+        training objective, or for the scale-free Renyi form its value minus 1.645 standard errors
         (``objectives.renyi_scale_free_score``), which picks the member and the stopping point.
+        ``masks=(mask_p, mask_q)``: the rows of padded samples that are samples.
       apply: ``(params, rest, x [n, d]) -> [n]`` outputs.
       init_standardised: ``(key, loc [d], scale [d]) -> TrainState``: inputs standardised with a
         known location and scale (the sweep knows its noise laws').
@@ -331,11 +332,13 @@ def _apply_value_loss(graphdef, fns, divergence: Divergence) -> tuple[Callable, 
     def _alpha(alpha):
         return divergence.alpha if alpha is None else alpha
 
-    def value(state, batch, alpha=None):
+    def value(state, batch, alpha=None, masks=None):
         # The validation criterion (the objective, or its lower value for the scale-free Renyi form).
         x_p, x_q = batch
         h_p, h_q = apply(state.params, state.rest, x_p), apply(state.params, state.rest, x_q)
-        return fns.score(h_p, h_q, _alpha(alpha))
+        if masks is None:
+            return fns.score(h_p, h_q, _alpha(alpha))
+        return fns.score(h_p, h_q, _alpha(alpha), masks)
 
     def loss(params, rest, batch, alpha):
         x_p, x_q = batch
@@ -501,12 +504,43 @@ def fit(
     vmaps it over its members.
     """
     scale, shift = closed_form_fit(trainer, divergence, params, rest, fit_batch, alpha)
-    fns = objective_functions(trainer.objective, divergence.name, divergence.convention)
-    a = divergence.alpha if alpha is None else alpha
     h = lambda x: trainer.apply(params, rest, x)  # noqa: E731
-    return conservative_fit(
-        trainer.objective, fns.conjugate, h(val_batch[0]), h(val_batch[1]), scale, shift, z, a
+    return conservative_fit_outputs(
+        trainer.objective, divergence, h(val_batch[0]), h(val_batch[1]), scale, shift, z, alpha
     )
+
+
+def fit_outputs(
+    objective: str, divergence: Divergence, h_fit, h_val, z, alpha=None, *, masks_fit=None,
+    masks_val=None,
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:  # fmt: skip
+    """:func:`fit` and :func:`closed_form_fit` from the network's outputs: ``(conservative, plain)``.
+
+    ``h_fit = (h_p, h_q)`` on the fitting (training) samples and ``h_val`` on validation samples;
+    ``masks_fit`` and ``masks_val`` mark the rows that are samples where the outputs are padded (the
+    estimator computes the outputs in fixed-size chunks, so that one program serves every size).
+    Pure and traceable.
+    """
+    fns = objective_functions(objective, divergence.name, divergence.convention)
+    a = divergence.alpha if alpha is None else alpha
+    if masks_fit is None:
+        plain = fns.fit(h_fit[0], h_fit[1], a)
+    else:
+        plain = fns.fit(h_fit[0], h_fit[1], a, masks_fit)
+    conservative = conservative_fit_outputs(
+        objective, divergence, h_val[0], h_val[1], *plain, z, alpha, masks_val
+    )
+    return conservative, plain
+
+
+def conservative_fit_outputs(
+    objective: str, divergence: Divergence, h_p_val, h_q_val, scale, shift, z, alpha=None,
+    masks=None,
+) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """``objectives.conservative_fit`` of a class's objective and divergence (validation outputs)."""
+    fns = objective_functions(objective, divergence.name, divergence.convention)
+    a = divergence.alpha if alpha is None else alpha
+    return conservative_fit(objective, fns.conjugate, h_p_val, h_q_val, scale, shift, z, a, masks)
 
 
 def closed_form_fit(

@@ -295,6 +295,58 @@ _TABLE = {
 # --------------------------------------------------------------------------------------------------
 
 
+def masked_count(x: jax.Array, mask: jax.Array | None):
+    """The number of entries of ``x`` ``[n]`` where ``mask`` holds (``n``, a Python int, for no mask)."""
+    if mask is None:
+        return x.shape[0]
+    return jnp.sum(mask).astype(x.dtype)
+
+
+def masked_mean(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """``mean(x)`` over the entries where ``mask`` holds (all for None: exactly ``jnp.mean``).
+
+    Padding rows (``mask`` False) add exact zeros to the sum, so one compiled program gives the same
+    value for every padded length of a sample (the programs of the estimator pad their samples to
+    buckets of rows).
+    """
+    if mask is None:
+        return jnp.mean(x)
+    return jnp.sum(jnp.where(mask, x, 0.0)) / masked_count(x, mask)
+
+
+def masked_var(x: jax.Array, mask: jax.Array | None = None, ddof: int = 0) -> jax.Array:
+    """``var(x, ddof=ddof)`` over the entries where ``mask`` holds (None: exactly ``jnp.var``)."""
+    if mask is None:
+        return jnp.var(x, ddof=ddof)
+    centred = jnp.where(mask, x - masked_mean(x, mask), 0.0)
+    return jnp.sum(centred * centred) / (masked_count(x, mask) - ddof)
+
+
+def masked_max(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """``max(x)`` over the entries where ``mask`` holds (-inf for none)."""
+    return jnp.max(x) if mask is None else jnp.max(jnp.where(mask, x, -jnp.inf))
+
+
+def masked_min(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """``min(x)`` over the entries where ``mask`` holds (+inf for none)."""
+    return jnp.min(x) if mask is None else jnp.min(jnp.where(mask, x, jnp.inf))
+
+
+def masked_all(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """``all(x)`` over the entries where ``mask`` holds."""
+    return jnp.all(x) if mask is None else jnp.all(x | ~mask)
+
+
+def masked_log_mean_exp(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """:func:`log_mean_exp` of a sample over the entries where ``mask`` holds (not differentiated)."""
+    if mask is None:
+        return log_mean_exp(x)
+    shift = masked_max(x, mask)
+    shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+    total = jnp.sum(jnp.where(mask, jnp.exp(x - shift), 0.0))
+    return jnp.log(total) + shift - jnp.log(masked_count(x, mask))
+
+
 def variational_objective(div: Divergence, h_p: ArrayLike, h_q: ArrayLike) -> jax.Array:
     """The plain f-form  mean(h(P-samples)) - mean(f*(h(Q-samples))).
 
@@ -347,26 +399,29 @@ def _log_mean_exp_jvp(axis, primals, tangents):
     return out, jnp.sum(weights * dx, axis=axis) / total
 
 
-def donsker_varadhan(h_p: ArrayLike, h_q: ArrayLike) -> jax.Array:
+def donsker_varadhan(h_p: ArrayLike, h_q: ArrayLike, masks=None) -> jax.Array:
     """The Donsker-Varadhan form  mean(h_p) - log mean(exp(h_q))  (docs/theory/objectives.md; paper Lemma 1).
 
     Equals the KL f-form at the optimal constant shift, so for translation-invariant H its supremum is
-    KL^H. The log of a sample mean is biased upward; use it to train, not to report.
+    KL^H. The log of a sample mean is biased upward; use it to train, not to report. ``masks``: the
+    rows of ``(h_p, h_q)`` that are samples (padded samples; None: all).
     """
-    return jnp.mean(jnp.asarray(h_p)) - log_mean_exp(h_q)
+    if masks is None:
+        return jnp.mean(jnp.asarray(h_p)) - log_mean_exp(h_q)
+    return masked_mean(h_p, masks[0]) - masked_log_mean_exp(h_q, masks[1])
 
 
-def kl_optimal_shift(h_q: ArrayLike) -> jax.Array:
+def kl_optimal_shift(h_q: ArrayLike, mask=None) -> jax.Array:
     """The constant c maximising the KL f-form of h + c: c = 1 - log E_Q[exp h]."""
-    return 1.0 - log_mean_exp(h_q)
+    return 1.0 - masked_log_mean_exp(jnp.asarray(h_q), mask)
 
 
-def _log_mean_abs_pow(h: jax.Array, power: float, convention: str) -> jax.Array:
+def _log_mean_abs_pow(h: jax.Array, power: float, convention: str, mask=None) -> jax.Array:
     base = jnp.abs(h) if convention == "abs" else jnp.maximum(h, 0.0)
     # log mean base^power via logsumexp of power * log(base); base == 0 contributes exp(-inf) = 0.
     safe = jnp.where(base > 0, base, 1.0)
     logs = jnp.where(base > 0, power * jnp.log(safe), -jnp.inf)
-    return log_mean_exp(logs)
+    return masked_log_mean_exp(logs, mask)
 
 
 def renyi_scale_free(
@@ -396,16 +451,18 @@ def renyi_scale_free(
 
 
 def alpha_optimal_scale(
-    h_p: ArrayLike, h_q: ArrayLike, alpha: ArrayLike, convention: str = "abs"
+    h_p: ArrayLike, h_q: ArrayLike, alpha: ArrayLike, convention: str = "abs", masks=None
 ) -> jax.Array:
     """The scale t > 0 maximising the alpha-divergence f-form of t * h (``alpha`` may be traced).
 
     Setting the derivative of t E_P[h] - C_a t^A E_Q[|h|^A] to zero gives
     t* = (E_P[h] / E_Q[|h|^A])^(alpha - 1) / (alpha - 1); at t* the f-form equals the scale-free form
     mapped back by :func:`alpha_from_renyi`. Computed in log space. Returns 0 if mean(h_p) <= 0.
+    ``masks``: the rows of ``(h_p, h_q)`` that are samples (None: all).
     """
-    mean_p = jnp.mean(jnp.asarray(h_p))
+    mask_p, mask_q = (None, None) if masks is None else masks
+    mean_p = masked_mean(jnp.asarray(h_p), mask_p)
     safe = jnp.where(mean_p > 0, mean_p, 1.0)
-    log_m = _log_mean_abs_pow(jnp.asarray(h_q), alpha_exponent(alpha), convention)
+    log_m = _log_mean_abs_pow(jnp.asarray(h_q), alpha_exponent(alpha), convention, mask_q)
     log_t = (alpha - 1.0) * (jnp.log(safe) - log_m) - _log(alpha - 1.0)
     return jnp.where(mean_p > 0, jnp.exp(log_t), 0.0).astype(mean_p.dtype)

@@ -31,16 +31,14 @@ from cbdp_jax._src.budget import (
     derived_fields,
     resolve_budget,
 )
-from cbdp_jax._src.core import Trainer, cached_trainer, closed_form_fit
-from cbdp_jax._src.core import fit as core_fit
+from cbdp_jax._src.core import Trainer, cached_trainer, fit_outputs
 from cbdp_jax._src.divergences import Divergence, get_divergence
 from cbdp_jax._src.evaluation import (
+    EVAL_ROWS,
     Critic,
-    Padded,
     array_chunks,
-    critic_outputs,
     evaluate_fixed,
-    pad_rows,
+    rowwise_outputs,
 )
 from cbdp_jax._src.io import environment_info, to_json
 from cbdp_jax._src.objectives import kl_domain_reduction
@@ -60,9 +58,10 @@ from cbdp_jax._src.statistics.held_out import (
     tail_check,
 )
 from cbdp_jax._src.training import (
-    apply_fn,
     bucket_rows,
-    init_ensemble,
+    init_standardised_ensemble,
+    pad_validation,
+    standardisation,
     train_ensemble,
 )
 from cbdp_jax._src.validation import (
@@ -411,12 +410,12 @@ class _Problem:
         trainer: Trainer,
         config: EstimatorConfig,
         dim: int,
-        train: tuple[jax.Array, jax.Array] | None,
-        val: tuple[jax.Array, jax.Array],
+        train: tuple[np.ndarray, np.ndarray] | None,
+        val: tuple[np.ndarray, np.ndarray],
         test_chunks: Callable[[], tuple[Iterator[jax.Array], Iterator[jax.Array]]],
         n_test: tuple[int, int],
         sampler: Callable | None = None,
-        stats_sample: tuple[jax.Array, jax.Array],
+        stats_sample: tuple[np.ndarray, np.ndarray],
         named_class: str | None = None,
         input_map: input_maps.InputMap = input_maps.IDENTITY,
         map_choice: str = "asked for",
@@ -427,15 +426,26 @@ class _Problem:
         # The class the user named (the trained ``spec`` may be a subset of it: kl_domain_reduction).
         self.named_class = spec.label if named_class is None else named_class
         self.config, self.dim = config, dim
+        # Host arrays of the samples (training None in fresh-sample mode).
         self.train, self.val, self.test_chunks, self.n_test = train, val, test_chunks, n_test
         self.sampler, self.stats_sample = sampler, stats_sample
+        # The validation samples padded to a bucket of rows, on the device once (training's checks).
+        self.val_padded, self.val_counts = pad_validation(*val)
+        # The input standardisation of every member, from the pooled sample (training samples).
+        self.standardisation = standardisation(stats_sample, jnp.dtype(config.dtype))
+
+    @property
+    def fit_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples the closed-form fit uses: the training samples (or the reference draw)."""
+        return self.train if self.train is not None else self.stats_sample
 
 
 class _Trained(NamedTuple):
     """The selected member of a trained ensemble, with its fitted affine maps and its curves.
 
     ``scale`` / ``shift``: the conservative fit (best validation bound), where the certified critic
-    starts; ``plain``: the closed-form ``(scale, shift)``, the estimate's critic.
+    starts; ``plain``: the closed-form ``(scale, shift)``, the estimate's critic. ``h_val`` and
+    ``h_fit``: the member's raw outputs on the validation and fitting samples (host, float32).
     """
 
     graphdef: Any
@@ -448,20 +458,40 @@ class _Trained(NamedTuple):
     train_curve: np.ndarray
     restarts: int
     warnings: tuple[str, ...]
+    h_val: tuple[np.ndarray, np.ndarray]
+    h_fit: tuple[np.ndarray, np.ndarray]
 
 
-@persistent_jit(static_argnames=("trainer", "divergence"))
-def _member_fit(params, rest, member, fit_batch, val_batch, z, *, trainer, divergence):
-    """Member ``member`` of the stacked ensemble and its fitted maps, as one program.
+# The outputs the fit program reduces are padded to powers of two from this many rows (reductions
+# of a few hundred thousand floats: the padding costs nothing that matters).
+_MIN_FIT_ROWS = 1 << 16
 
-    Returns the member, the conservative ``(scale, shift)`` of :func:`~cbdp_jax._src.core.fit` (the
-    certified critic starts there) and the closed-form one (the estimate's critic). Taking the member
-    inside the same program spares one indexing program per leaf (and a program to load at cold start).
+
+@persistent_jit(static_argnames=("objective", "divergence"))
+def _fit_program(h_fit, h_val, counts, z, *, objective: str, divergence: Divergence):
+    """The conservative and the closed-form ``(scale, shift)`` from the member's outputs, one program.
+
+    ``h_fit`` and ``h_val`` are ``(P, Q)`` outputs padded to buckets of rows, ``counts`` their sample
+    counts (fit P, fit Q, validation P, validation Q): no program depends on the sample size, and
+    none on the class (the outputs are computed by the row-wise program).
     """
-    params_m, rest_m = jax.tree.map(lambda x: x[member], (params, rest))
-    scale, shift = core_fit(trainer, divergence, params_m, rest_m, fit_batch, val_batch, z)
-    plain = closed_form_fit(trainer, divergence, params_m, rest_m, fit_batch)
-    return params_m, rest_m, scale, shift, plain
+    masks = [jnp.arange(h.shape[0]) < c for h, c in zip((*h_fit, *h_val), counts, strict=True)]
+    return fit_outputs(
+        objective, divergence, h_fit, h_val, z, masks_fit=tuple(masks[:2]),
+        masks_val=tuple(masks[2:]),
+    )  # fmt: skip
+
+
+def _padded_outputs(h: np.ndarray) -> np.ndarray:
+    """Outputs zero-padded to a power-of-two bucket of rows (:data:`_MIN_FIT_ROWS` at least)."""
+    out = np.zeros(bucket_rows(h.shape[0], _MIN_FIT_ROWS), h.dtype)
+    out[: h.shape[0]] = h
+    return out
+
+
+def _member(tree, member: int):
+    """Member ``member`` of a stacked pytree, on the host (no indexing program per leaf)."""
+    return jax.tree.map(lambda x: np.asarray(x)[member], jax.device_get(tree))
 
 
 def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
@@ -490,17 +520,16 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
         warnings.append("training diverged in every adversary even after restarts")
     best_values = np.where(finite, np.asarray(out.best_value), -np.inf)
     member = int(np.argmax(best_values))
-    fit_batch = prob.train if prob.train is not None else prob.stats_sample
-    params_m, rest_m, fscale, fshift, (pscale, pshift) = _member_fit(
-        out.best_params,
-        state.rest,
-        np.int32(member),
-        fit_batch,
-        prob.val,
-        z,
-        trainer=trainer,
+    params_m, rest_m = _member(out.best_params, member), _member(state.rest, member)
+    raw = _typed_critic(params_m, rest_m, 1.0, 0.0)
+    h_fit = tuple(rowwise_outputs(trainer.graphdef, raw, x)[0] for x in prob.fit_batch)
+    h_val = tuple(rowwise_outputs(trainer.graphdef, raw, x)[0] for x in prob.val)
+    counts = np.array([h.shape[0] for h in (*h_fit, *h_val)], np.int32)
+    (fscale, fshift), (pscale, pshift) = _fit_program(
+        tuple(_padded_outputs(h) for h in h_fit), tuple(_padded_outputs(h) for h in h_val),
+        counts, np.asarray(z, h_val[0].dtype), objective=trainer.objective,
         divergence=prob.divergence,
-    )
+    )  # fmt: skip
     # Blocks a patience stop skipped have NaN rows (training never makes NaN: a diverged member's
     # value is -inf); the curves end where training did.
     ran = int(np.sum(~np.isnan(np.asarray(out.trace.val_value)[:, member])))
@@ -515,6 +544,8 @@ def _train(key: jax.Array, prob: _Problem, z: float) -> _Trained:
         np.asarray(out.trace.train_value)[:ran, member],
         restarts,
         tuple(warnings),
+        h_val,
+        h_fit,
     )
 
 
@@ -529,13 +560,15 @@ def _run_ensemble(
 ):
     """``(initial state, TrainOutput)``: the problem's ensemble initialised and trained ``steps`` steps."""
     config, trainer = prob.config, prob.trainer
-    state = init_ensemble(member_keys, trainer, prob.stats_sample, learning_rate=lr)
+    loc, scale = prob.standardisation
+    state = init_standardised_ensemble(member_keys, trainer, loc, scale, learning_rate=lr)
     out = train_ensemble(
         key,
         trainer,
         state,
-        val_p=prob.val[0],
-        val_q=prob.val[1],
+        val_p=prob.val_padded[0],
+        val_q=prob.val_padded[1],
+        val_counts=prob.val_counts,
         train_p=None if prob.train is None else prob.train[0],
         train_q=None if prob.train is None else prob.train[1],
         sampler=prob.sampler,
@@ -560,14 +593,11 @@ def _plan_certificate(prob: _Problem, trained: _Trained, confidence: float) -> c
     config, spec = prob.config, prob.spec
     requested = "finite-sample" if config.target is not None else config.guarantee
     guarantee = certification.resolve_guarantee(requested, spec)
-    raw = lambda x: np.asarray(
-        _rowwise(apply_fn, x, trained.graphdef, trained.params, trained.rest), np.float64
-    )  # noqa: E731
-    hv_p, hv_q = raw(prob.val[0]), raw(prob.val[1])
+    hv_p, hv_q = (np.asarray(h, np.float64) for h in trained.h_val)
     if guarantee == "finite-sample":
         why = "asked for" if requested == "finite-sample" else f"{requested}: the class is bounded"
         return _finite_sample_plan(prob, trained, hv_p, hv_q, confidence)._replace(choice=why)
-    plan = _asymptotic_plan(prob, trained, hv_p, hv_q, raw)
+    plan = _asymptotic_plan(prob, trained, hv_p, hv_q)
     if requested == "asymptotic":
         return plan._replace(choice="asked for")
     if requested == "class":
@@ -659,19 +689,18 @@ def _critic_multiplier(prob: _Problem, crit_p, crit_q, confidence: float) -> flo
     return best[1]
 
 
-def _asymptotic_plan(prob: _Problem, trained: _Trained, hv_p, hv_q, raw) -> certification.Plan:
+def _asymptotic_plan(prob: _Problem, trained: _Trained, hv_p, hv_q) -> certification.Plan:
     """The CLT bound on the class itself; a KL critic of a cone is shrunk until its tails clear."""
     config, spec, div = prob.config, prob.spec, prob.divergence
     scale, shift = trained.scale, trained.shift
     shrink = 1.0
     if spec.is_cone and certification.shrink_changes_tails(div):
-        fit_q = prob.train[1] if prob.train is not None else prob.stats_sample[1]
         scale, shift, shrink = certification.shrink_for_tails(
             div,
             prob.trainer.objective,
             h_val_p=hv_p,
             h_val_q=hv_q,
-            h_fit_q=raw(fit_q),
+            h_fit_q=np.asarray(trained.h_fit[1], np.float64),
             scale=scale,
             shift=shift,
             need=certification.tail_target(min(prob.n_test), config.tail_margin),
@@ -846,9 +875,8 @@ def _screen(map_keys, probs: list[_Problem]) -> tuple[int, list[float]] | None:
 
 def _validation_score(prob: _Problem, trained: _Trained, plan, confidence: float) -> float:
     """The bound the planned critic is predicted to certify at the test size (validation samples)."""
-    critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    crit_p = np.asarray(_rowwise(critic_outputs, prob.val[0], trained.graphdef, critic), np.float64)
-    crit_q = np.asarray(_rowwise(critic_outputs, prob.val[1], trained.graphdef, critic), np.float64)
+    crit_p, crit_q = _critic_values(trained, plan, prob.val)
+    crit_p, crit_q = np.asarray(crit_p, np.float64), np.asarray(crit_q, np.float64)
     return certification.validation_score(
         prob.divergence, crit_p, crit_q, plan.support,
         n_test=min(prob.n_test), confidence=confidence,
@@ -872,9 +900,8 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
     for the certified critic (a shrunk or bounded version of it); each pass evaluates both.
     """
     config, div = prob.config, prob.divergence
-    critic = Critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
-    val_crit_p = _rowwise(critic_outputs, prob.val[0], trained.graphdef, critic)
-    val_crit_q = _rowwise(critic_outputs, prob.val[1], trained.graphdef, critic)
+    critic = _critic(trained, plan)
+    val_crit_p, val_crit_q = _critic_values(trained, plan, prob.val)
     centres = certification.tail_centres(div, np.asarray(val_crit_p), np.asarray(val_crit_q))
     sequence = None
     if plan.method == "betting-sequence":
@@ -882,37 +909,40 @@ def _evaluate(prob: _Problem, trained: _Trained, plan, confidence: float) -> _Ev
             div.conjugate(val_crit_q), np.float64
         )
         sequence = _Sequence(div, plan, z_val, config.target, confidence)
-    fit_p, fit_q = prob.train if prob.train is not None else prob.stats_sample
-    # Each pass keeps its own chunk rows: padding the held-out chunks to a shared bucket of rows
-    # would share one evaluation program across passes and sizes, but moves the last float32 bits of
-    # the held-out sums (measured with tools/same_numbers.py), so the numbers would not stay the same.
+    # Every pass runs in pieces of EVAL_ROWS rows: one compiled program serves the held-out and the
+    # in-sample pass and every sample size.
     common = dict(divergence=div, centres=centres, named=trained.plain)
     held = evaluate_fixed(
         trained.graphdef, critic, *prob.test_chunks(), keep_samples=plan.method == "betting",
         on_chunk=sequence, **common,
     )  # fmt: skip
+    fit_p, fit_q = (np.asarray(x)[:INSAMPLE_PAIRS] for x in prob.fit_batch)
     chunks = (array_chunks(fit_p, config.eval_chunk), array_chunks(fit_q, config.eval_chunk))
     insample = evaluate_fixed(trained.graphdef, critic, *chunks, **common)
     return _Evaluated(held, insample, sequence)
 
 
-def _rowwise(fn: Callable, x, *args) -> np.ndarray:
-    """``fn(*args, x)`` of a row-wise program, on ``x`` padded to a power-of-two bucket of rows.
-
-    Each output row depends on its input row alone, so the rows kept are what the unpadded call gives,
-    and one compiled program serves every row count in a bucket.
-    """
-    n = int(x.shape[0])
-    rows = bucket_rows(n, minimum=_MIN_EVAL_ROWS)
-    host = np.asarray(x)
-    padded = np.zeros((rows,) + host.shape[1:], host.dtype)
-    padded[:n] = host
-    return np.asarray(fn(*args, jax.device_put(padded)))[:n]
+# The in-sample diagnostic (``train_value``) uses the first this many training pairs at most: a
+# random subsample (the training samples are shuffled or i.i.d. draws), whose estimate's standard
+# error is part of the overfitting check (certification.diagnostics); evaluating 5 x 10^5 training
+# pairs took a third of a warm 10^6-per-side estimate's evaluation.
+INSAMPLE_PAIRS = 4 * EVAL_ROWS
 
 
-# Row-wise outputs are computed on at least this many rows (masked past the samples), so that sample
-# sizes up to it share one compiled program.
-_MIN_EVAL_ROWS = 1 << 14
+def _critic(trained: _Trained, plan) -> Critic:
+    return _typed_critic(trained.params, trained.rest, plan.scale, plan.shift, plan.bound)
+
+
+def _typed_critic(params, rest, scale, shift, bound=math.inf) -> Critic:
+    """A :class:`Critic` whose numbers are scalars of the outputs' dtype (one program for all)."""
+    dtype = np.asarray(jax.tree.leaves(params)[0]).dtype
+    return Critic(params, rest, *(np.asarray(v, dtype) for v in (scale, shift, bound)))
+
+
+def _critic_values(trained: _Trained, plan, parts) -> tuple[np.ndarray, np.ndarray]:
+    """The planned critic's values on the host arrays ``parts = (P, Q)`` (float32, host)."""
+    critic = _critic(trained, plan)
+    return tuple(rowwise_outputs(trained.graphdef, critic, x)[1] for x in parts)
 
 
 def _certify(prob: _Problem, plan, ev: _Evaluated, confidence: float):
@@ -1257,15 +1287,18 @@ def _mapped_candidates(config: EstimatorConfig, p_host: tuple, q_host: tuple) ->
     jobs = [(m, parts, config) for m in maps for parts in (p_host, q_host)]
     # The identity alone (ordinary samples) is two array copies: no threads for them.
     mapping = any(m.kind != "standard" for m in maps)
-    done = threads.map_concurrently(_on_device, jobs, concurrent=mapping)
+    done = threads.map_concurrently(_mapped, jobs, concurrent=mapping)
     return [(m, done[2 * i], done[2 * i + 1]) for i, m in enumerate(maps)], why
 
 
-def _on_device(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig) -> tuple:
-    """Host parts through the fitted input map, as arrays of the configured dtype."""
+def _mapped(imap: input_maps.InputMap, parts: tuple, config: EstimatorConfig) -> tuple:
+    """Host parts through the fitted input map, as host arrays of the configured dtype.
+
+    Cast on the host (an eager cast would compile a program per shape); the programs that use them
+    take padded copies (training, validation) or fixed-size pieces (outputs, evaluation).
+    """
     dtype = jnp.dtype(config.dtype)
-    # Cast on the host and put on the device once: an eager cast would compile a program per shape.
-    return tuple(jax.device_put(np.asarray(imap(x), dtype)) for x in parts)
+    return tuple(np.asarray(imap(x), dtype) for x in parts)
 
 
 def _mechanism_problem(
@@ -1308,10 +1341,7 @@ def _mapped_chunks(imap: input_maps.InputMap, chunks: Iterator, dtype) -> Iterat
         yield from chunks
         return
     for c in chunks:
-        if isinstance(c, Padded):
-            yield Padded(np.asarray(imap(np.asarray(c.x)), dtype), c.count)
-        else:
-            yield np.asarray(imap(np.asarray(c)), dtype)
+        yield np.asarray(imap(np.asarray(c)), dtype)
 
 
 def _mechanism_maps(config: EstimatorConfig, train, val, *, fresh_samples: bool) -> list:
@@ -1322,15 +1352,13 @@ def _mechanism_maps(config: EstimatorConfig, train, val, *, fresh_samples: bool)
     """
     if fresh_samples:
         return [((input_maps.IDENTITY, "fresh samples: the standard map"), (train, val))]
-    maps, why = _fitted_maps(config, *(np.asarray(x) for x in train))
+    maps, why = _fitted_maps(config, *train)
     out = []
     for imap in maps:
         if imap.kind == "standard":
             out.append(((imap, why), (train, val)))
             continue
-        on_dev = tuple(_on_device(imap, tuple(np.asarray(x) for x in part), config)
-                       for part in (train, val))  # fmt: skip
-        out.append(((imap, why), on_dev))
+        out.append(((imap, why), tuple(_mapped(imap, part, config) for part in (train, val))))
     return out
 
 
@@ -1391,26 +1419,60 @@ def _pair_sampler(pair, swap: bool) -> Callable:
     return _SAMPLERS[fingerprint]
 
 
-@persistent_jit(static_argnames=("mechanism", "n", "rows", "dtype"))
-def _draw(key, index, dataset, *, mechanism, n: int, rows: int, dtype):
-    """Chunk ``index`` of a sample stream, zero-padded to ``rows`` rows: one program per shape.
+def _prefix_stable(mechanism) -> bool:
+    """Whether the first n of N draws of ``mechanism`` under one key are its n draws under that key.
 
-    ``n`` samples of M(dataset) under ``fold_in(key, index)``; ``rows`` is the evaluation program's
-    chunk size.
+    True for the Laplace and Gaussian mechanisms under partitionable threefry (JAX's default): each
+    output entry is a function of the key and its own counter, so a draw of N rows starts with the
+    draw of n (``tests/test_estimator.py`` checks it). Their samples are then drawn for a bucket of
+    rows and cut on the host: one compiled sampler serves every sample size.
     """
-    return pad_rows(mechanism.sample(jax.random.fold_in(key, index), dataset, n, dtype=dtype), rows)
+    from cbdp_jax._src.mechanisms import GaussianMechanism, LaplaceMechanism
+
+    return type(mechanism) in (LaplaceMechanism, GaussianMechanism) and bool(
+        jax.config.jax_threefry_partitionable
+    )
 
 
-def _sample_chunks(
-    mechanism, dataset, key: jax.Array, n: int, chunk: int, dtype
-) -> Iterator[jax.Array]:
-    """Streams ``n`` samples of M(dataset) in chunks; chunk i uses ``fold_in(key, i)``."""
+# Prefix-stable mechanisms draw training and validation samples for a power-of-two bucket of rows
+# from this many (the held-out chunks' default size: one sampler program for all of them).
+_MIN_DRAW_ROWS = 1 << 16
+
+
+def _draw_rows(
+    mechanism, key: jax.Array, dataset, n: int, dtype, rows: int | None = None
+) -> np.ndarray:
+    """``np.asarray(mechanism.sample(key, dataset, n))``, drawn for ``rows`` rows where that is the same.
+
+    ``rows`` defaults to the bucket of ``n`` (:data:`_MIN_DRAW_ROWS` at least) for a prefix-stable
+    mechanism (:func:`_prefix_stable`), else ``n``.
+    """
+    if not _prefix_stable(mechanism):
+        rows = n
+    elif rows is None:
+        rows = bucket_rows(n, _MIN_DRAW_ROWS)
+    return np.asarray(mechanism.sample(key, dataset, max(rows, n), dtype=dtype))[:n]
+
+
+def _draw_pair(pair, key: jax.Array, n: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``pair.sample(key, n)`` as host arrays (:func:`_draw_rows` of each side, its keys split alike)."""
+    k_p, k_q = keys.split(key)
+    mech = pair.mechanism
+    return _draw_rows(mech, k_p, pair.dataset, n, dtype), _draw_rows(
+        mech, k_q, pair.neighbour, n, dtype
+    )
+
+
+def _sample_chunks(mechanism, dataset, key: jax.Array, n: int, chunk: int, dtype) -> Iterator:
+    """Streams ``n`` samples of M(dataset) in chunks (host arrays); chunk i uses ``fold_in(key, i)``.
+
+    A prefix-stable mechanism draws every chunk at ``chunk`` rows (the last one cut): one compiled
+    sampler serves every test size.
+    """
     dtype = jnp.dtype(dtype)
-    rows = min(chunk, n)
     for i, start in enumerate(range(0, n, chunk)):
         m = min(chunk, n - start)
-        x = _draw(key, i, dataset, mechanism=mechanism, n=m, rows=rows, dtype=dtype)
-        yield x if m == rows else Padded(x, m)
+        yield _draw_rows(mechanism, keys.fold_in(key, i), dataset, m, dtype, rows=chunk)
 
 
 def _as_pair(pair: Any):
@@ -1520,8 +1582,8 @@ def estimate(
     dtype = jnp.dtype(config.dtype)
     config, budget = _resolved(config, samples, pair=pair, val_samples=val_samples)
     k_train, k_val, k_test, k_fit = keys.split(key, num=4)
-    train = pair.sample(k_train, samples, dtype=dtype)
-    val = pair.sample(k_val, val_samples, dtype=dtype)
+    train = _draw_pair(pair, k_train, samples, dtype)
+    val = _draw_pair(pair, k_val, val_samples, dtype)
     mech, known_infinite = pair.mechanism, _known_infinite(pair, spec, div)
     candidates = _mechanism_maps(config, train, val, fresh_samples=fresh_samples)
 

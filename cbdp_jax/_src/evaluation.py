@@ -5,8 +5,11 @@ f-form value mean(h(x_i)) - mean(f*(h(y_j))) is an unbiased estimate of v(h) = E
 D_f^H (docs/theory/bounds.md). This module computes, chunk by chunk in one compiled program, everything
 :mod:`cbdp_jax._src.statistics` needs to certify a bound on v(h): the moments of both terms, of their
 paired differences and of the pair statistics, tail sketches, and (for the betting bound) the paired
-differences themselves. Chunks are padded to one shape (masked), so every sample size shares one
-compilation; the statistics are merged on the host in float64.
+differences themselves. Every chunk is cut on the host into pieces of one row count
+(:data:`EVAL_ROWS`, the last piece padded and masked), so every sample size, every pass and every
+chunk size shares one compiled program; the statistics are merged on the host in float64. A
+padding row adds an exact zero to each sum, so the statistics of a piece do not depend on how much
+padding it holds.
 
 The critic is ``B * tanh((scale * h + shift) / B)`` when a finite-sample guarantee bounds it at B, and
 ``scale * h + shift`` otherwise. The same pass can also evaluate a second critic of the same network,
@@ -33,14 +36,21 @@ from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax._src.training import apply_fn
 
 __all__ = [
+    "EVAL_ROWS",
     "Critic",
     "Padded",
     "array_chunks",
     "critic_outputs",
     "evaluate_fixed",
+    "outputs",
     "pad_rows",
+    "rowwise_outputs",
     "z_quantile",
 ]
+
+# The rows of every piece the row-wise programs (evaluation, outputs) run on: one compiled program
+# per class serves every sample size; a piece this size takes a few milliseconds on a CPU.
+EVAL_ROWS = 1 << 14
 
 
 class Padded(NamedTuple):
@@ -76,6 +86,30 @@ class Critic(NamedTuple):
 def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
     """The critic's values on ``x`` ``[n, d]`` (one compiled program; traceable)."""
     return _readout(critic, apply_fn(graphdef, critic.params, critic.rest, x))
+
+
+@persistent_jit(static_argnames=("graphdef",))
+def outputs(graphdef, critic: Critic, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The network's raw outputs on ``x`` ``[n, d]`` and the critic's values (one program)."""
+    raw = apply_fn(graphdef, critic.params, critic.rest, x)
+    return raw, _readout(critic, raw)
+
+
+def rowwise_outputs(graphdef, critic: Critic, x) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`outputs` of every row of ``x`` (host or device), in pieces of :data:`EVAL_ROWS` rows.
+
+    Each output row depends on its input row alone, so the rows kept are what one call on all of
+    ``x`` gives, and one compiled program serves every row count. Host arrays ``(raw, critic)``.
+    """
+    host = np.asarray(x)
+    n = int(host.shape[0])
+    raws, crits = [], []
+    for start in range(0, max(n, 1), EVAL_ROWS):
+        piece, count = _pad(host[start : start + EVAL_ROWS], EVAL_ROWS, host)
+        raw, crit = outputs(graphdef, critic, jax.device_put(piece))
+        raws.append(np.asarray(raw)[:count])
+        crits.append(np.asarray(crit)[:count])
+    return np.concatenate(raws), np.concatenate(crits)
 
 
 def _readout(critic: Critic, raw: jax.Array) -> jax.Array:
@@ -161,14 +195,14 @@ def evaluate_fixed(
     capacity: int = tails.DEFAULT_CAPACITY,
     on_chunk: Callable[[held_out.HeldOut], bool] | None = None,
     named: tuple[float, float] | None = None,
-    rows: int | None = None,
+    rows: int = EVAL_ROWS,
 ) -> held_out.HeldOut:
     """Streams held-out chunks of P and Q through the fixed critic; returns the merged statistics.
 
     Args:
       graphdef: The class's graph definition.
       critic: The fixed critic.
-      p_chunks: Chunks ``[c, d]`` of held-out samples of P (all but the last of one size).
+      p_chunks: Chunks ``[c, d]`` of held-out samples of P (arrays or :class:`Padded`).
       q_chunks: Chunks of Q, paired with those of P in order.
       divergence: The divergence (its conjugate f*).
       centres: Centres of the tail sketches of the two terms (fixed on validation data).
@@ -180,8 +214,8 @@ def evaluate_fixed(
       named: ``(scale, shift)`` of a second, unbounded critic ``scale * h + shift`` of the same
         network whose terms are recorded too (``HeldOut.named``): the member of the named class the
         estimate is reported for. None: not recorded.
-      rows: Every chunk is padded to this many rows (at least the largest chunk's), so that streams
-        of other sizes share the compiled program; None: the first chunk's row count.
+      rows: The row count of the pieces each chunk is cut into on the host (even; the last piece
+        of a chunk is padded): one compiled program serves every chunk and sample size.
 
     Returns:
       :class:`~cbdp_jax._src.statistics.held_out.HeldOut` statistics (float64, on the host).
@@ -189,6 +223,7 @@ def evaluate_fixed(
     """
     acc = held_out.empty(keep_samples, capacity, named=named is not None)
     named_map = (critic.scale, critic.shift) if named is None else named
+    keep = keep_samples or on_chunk is not None
     sentinel = object()
     p_iter, q_iter = iter(p_chunks), iter(q_chunks)
     while True:
@@ -197,36 +232,23 @@ def evaluate_fixed(
         xp, xq = next(p_iter, sentinel), next(q_iter, sentinel)
         if xp is sentinel and xq is sentinel:
             break
-        ref = xp if xp is not sentinel else xq
-        ref = ref.x if isinstance(ref, Padded) else ref
-        rows = rows or int(ref.shape[0])
-        xp, n_p = _pad(None if xp is sentinel else xp, rows, ref)
-        xq, n_q = _pad(None if xq is sentinel else xq, rows, ref)
-        stats = _chunk(
-            critic,
-            named_map,
-            xp,
-            xq,
-            np.int32(n_p),
-            np.int32(n_q),
-            np.asarray(centres, np.dtype(ref.dtype)),
-            graphdef=graphdef,
-            divergence=divergence,
-            capacity=capacity,
+        xp, xq = (
+            _host_rows(None if xp is sentinel else xp),
+            _host_rows(None if xq is sentinel else xq),
         )
-        stats = jax.device_get(stats)
-        n_z = min(n_p, n_q)
-        keep = keep_samples or on_chunk is not None
-        chunk = held_out.HeldOut(
-            mom.to_host(stats[0]),
-            mom.to_host(stats[1]),
-            mom.to_host(stats[2]),
-            berry_esseen.PairMoments(mom.to_host(stats[3].w), mom.to_host(stats[3].v)),
-            tails.TailSketch(np.asarray(stats[4].top, np.float64), np.asarray(stats[4].count)),
-            tails.TailSketch(np.asarray(stats[5].top, np.float64), np.asarray(stats[5].count)),
-            np.asarray(stats[6][:n_z], np.float64) if keep else None,
-            None if named is None else held_out.Terms(mom.to_host(stats[7]), mom.to_host(stats[8])),
-        )
+        like = xp if xp is not None else xq
+        chunk = held_out.empty(keep, capacity, named=named is not None)
+        longest = max(0 if x is None else x.shape[0] for x in (xp, xq))
+        for start in range(0, max(longest, 1), rows):
+            pieces = [None if x is None or start >= x.shape[0] else x[start : start + rows]
+                      for x in (xp, xq)]  # fmt: skip
+            (pp, n_p), (pq, n_q) = (_pad(x, rows, like) for x in pieces)
+            stats = jax.device_get(_chunk(
+                critic, named_map, pp, pq, np.int32(n_p), np.int32(n_q),
+                np.asarray(centres, np.dtype(like.dtype)), graphdef=graphdef,
+                divergence=divergence, capacity=capacity,
+            ))  # fmt: skip
+            chunk = held_out.merge(chunk, _held(stats, min(n_p, n_q), keep, named is not None))
         stop = on_chunk is not None and on_chunk(chunk)
         if not keep_samples:
             chunk = chunk._replace(z_samples=None)
@@ -234,6 +256,29 @@ def evaluate_fixed(
         if stop:
             break
     return acc
+
+
+def _host_rows(x) -> np.ndarray | None:
+    """A chunk's sample rows as a host array (a :class:`Padded` chunk cut to its count)."""
+    if x is None:
+        return None
+    if isinstance(x, Padded):
+        return np.asarray(x.x)[: int(x.count)]
+    return np.asarray(x)
+
+
+def _held(stats, n_z: int, keep: bool, named: bool) -> held_out.HeldOut:
+    """One piece's statistics (the compiled program's outputs) as host :class:`HeldOut` statistics."""
+    return held_out.HeldOut(
+        mom.to_host(stats[0]),
+        mom.to_host(stats[1]),
+        mom.to_host(stats[2]),
+        berry_esseen.PairMoments(mom.to_host(stats[3].w), mom.to_host(stats[3].v)),
+        tails.TailSketch(np.asarray(stats[4].top, np.float64), np.asarray(stats[4].count)),
+        tails.TailSketch(np.asarray(stats[5].top, np.float64), np.asarray(stats[5].count)),
+        np.asarray(stats[6][:n_z], np.float64) if keep else None,
+        held_out.Terms(mom.to_host(stats[7]), mom.to_host(stats[8])) if named else None,
+    )
 
 
 def array_chunks(x: jax.Array, chunk: int) -> Iterator[jax.Array]:

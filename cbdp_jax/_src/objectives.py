@@ -27,6 +27,12 @@ from cbdp_jax._src.divergences import (
     donsker_varadhan,
     get_divergence,
     kl_optimal_shift,
+    masked_all,
+    masked_count,
+    masked_max,
+    masked_mean,
+    masked_min,
+    masked_var,
     variational_objective,
 )
 from cbdp_jax._src.validation import InvalidParameterError, check_choice
@@ -69,7 +75,9 @@ class ObjectiveFunctions(NamedTuple):
 
     One compiled sweep program serves a whole grid of orders through these;
     :func:`choose_objective` binds ``alpha`` for a single divergence. ``alpha`` is ignored by KL and by
-    the order-free divergences.
+    the order-free divergences. ``value``, ``fit`` and ``score`` also take ``masks=(mask_p, mask_q)``,
+    the rows of ``h_p`` and ``h_q`` that are samples (the estimator pads its samples to buckets of
+    rows, so that one compiled program serves many sample sizes); None: every row.
 
     Attributes:
       value: ``(h_p [n], h_q [m], alpha) -> scalar`` to maximise.
@@ -89,24 +97,29 @@ class ObjectiveFunctions(NamedTuple):
     score: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 
-def _identity_fit(h_p, h_q, alpha=None):
+def _identity_fit(h_p, h_q, alpha=None, masks=None):
     return jnp.ones((), h_p.dtype), jnp.zeros((), h_p.dtype)
 
 
-def _dv_value(h_p, h_q, alpha=None):
-    return donsker_varadhan(h_p, h_q)
+def _dv_value(h_p, h_q, alpha=None, masks=None):
+    return donsker_varadhan(h_p, h_q, masks)
 
 
-def _dv_fit(h_p, h_q, alpha=None):
-    return jnp.ones((), h_p.dtype), kl_optimal_shift(h_q)
+def _dv_fit(h_p, h_q, alpha=None, masks=None):
+    return jnp.ones((), h_p.dtype), kl_optimal_shift(h_q, None if masks is None else masks[1])
 
 
-def _renyi_scale_free_value(h_p, h_q, alpha):
+def _masks(masks):
+    return (None, None) if masks is None else masks
+
+
+def _renyi_scale_free_value(h_p, h_q, alpha, masks=None):
     # Sign-symmetric: h and -h give the same value under the |t| convention, so training can never
     # get stuck at E_P[h] < 0; the sign is fixed afterwards by the fit.
+    mask_p, mask_q = _masks(masks)
     big_a = alpha_exponent(alpha)
-    mean_p = jnp.abs(jnp.mean(h_p))
-    return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs")
+    mean_p = jnp.abs(masked_mean(h_p, mask_p))
+    return big_a * jnp.log(mean_p + 1e-30) - _log_mean_abs_pow(h_q, big_a, "abs", mask_q)
 
 
 # The validation criterion of the scale-free Renyi form subtracts SELECTION_Z standard errors.
@@ -116,7 +129,7 @@ SELECTION_Z = 1.6448536269514722
 PHANTOM_SAMPLES = 1
 
 
-def renyi_scale_free_score(h_p, h_q, alpha):
+def renyi_scale_free_score(h_p, h_q, alpha, masks=None):
     """The scale-free Renyi form minus ``SELECTION_Z`` SEs, with no credit for what Q never saw.
 
     The form is A log|mean h_p| - log mean |h_q|^A. Under noise with unbounded support the optimal
@@ -143,31 +156,45 @@ def renyi_scale_free_score(h_p, h_q, alpha):
       |h_q|^A, whose validation mean is then usually too small (Gaussian sigma = 1.25, alpha = 4: a
       validation value of 1.58 against the true 1.28 was picked, held-out estimate 1.06).
 
-    Scale-free (like the form) and computed in log space (no overflow of |h_q|^A).
+    Scale-free (like the form) and computed in log space (no overflow of |h_q|^A). With ``masks``,
+    the phantom sample takes the first padding row of ``h_q`` (which therefore needs one).
     """
-    clipped = _penalised_form(jnp.clip(h_p, jnp.min(h_q), jnp.max(h_q)), h_q, alpha)
-    phantom = jnp.full((PHANTOM_SAMPLES,), h_p[jnp.argmax(jnp.abs(h_p))])
-    charged = _penalised_form(h_p, jnp.concatenate([h_q, phantom]), alpha)
+    if masks is None:
+        clipped = _penalised_form(jnp.clip(h_p, jnp.min(h_q), jnp.max(h_q)), h_q, alpha)
+        phantom = jnp.full((PHANTOM_SAMPLES,), h_p[jnp.argmax(jnp.abs(h_p))])
+        charged = _penalised_form(h_p, jnp.concatenate([h_q, phantom]), alpha)
+        return jnp.maximum(clipped, charged)
+    mask_p, mask_q = masks
+    low, high = masked_min(h_q, mask_q), masked_max(h_q, mask_q)
+    clipped = _penalised_form(jnp.clip(h_p, low, high), h_q, alpha, masks)
+    peak = h_p[jnp.argmax(jnp.where(mask_p, jnp.abs(h_p), -1.0))]
+    rows = jnp.arange(h_q.shape[0])
+    n_q = jnp.sum(mask_q)
+    extra = (rows >= n_q) & (rows < n_q + PHANTOM_SAMPLES)
+    charged = _penalised_form(h_p, jnp.where(extra, peak, h_q), alpha, (mask_p, mask_q | extra))
     return jnp.maximum(clipped, charged)
 
 
-def _penalised_form(h_p, h_q, alpha):
+def _penalised_form(h_p, h_q, alpha, masks=None):
     """The scale-free form minus ``SELECTION_Z`` delta-method standard errors."""
+    mask_p, mask_q = _masks(masks)
     big_a = alpha_exponent(alpha)
-    value = _renyi_scale_free_value(h_p, h_q, alpha)
-    mean_p = jnp.mean(h_p)
-    rel_p = jnp.var(h_p) / (mean_p * mean_p + 1e-30)
+    value = _renyi_scale_free_value(h_p, h_q, alpha, masks)
+    mean_p = masked_mean(h_p, mask_p)
+    rel_p = masked_var(h_p, mask_p) / (mean_p * mean_p + 1e-30)
     base = jnp.abs(h_q)
     logs = jnp.where(base > 0, big_a * jnp.log(jnp.where(base > 0, base, 1.0)), -jnp.inf)
-    w = jnp.exp(logs - jnp.max(logs))
-    rel_q = jnp.var(w) / (jnp.mean(w) ** 2 + 1e-30)
-    se = jnp.sqrt(big_a * big_a * rel_p / h_p.shape[0] + rel_q / h_q.shape[0])
+    w = jnp.exp(logs - masked_max(logs, mask_q))
+    rel_q = masked_var(w, mask_q) / (masked_mean(w, mask_q) ** 2 + 1e-30)
+    se = jnp.sqrt(
+        big_a * big_a * rel_p / masked_count(h_p, mask_p) + rel_q / masked_count(h_q, mask_q)
+    )
     return value - SELECTION_Z * se
 
 
-def _renyi_sign_and_scale_fit(h_p, h_q, alpha):
-    sign = jnp.where(jnp.mean(h_p) >= 0, 1.0, -1.0).astype(h_p.dtype)
-    scale = sign * alpha_optimal_scale(sign * h_p, sign * h_q, alpha, "abs")
+def _renyi_sign_and_scale_fit(h_p, h_q, alpha, masks=None):
+    sign = jnp.where(masked_mean(h_p, _masks(masks)[0]) >= 0, 1.0, -1.0).astype(h_p.dtype)
+    scale = sign * alpha_optimal_scale(sign * h_p, sign * h_q, alpha, "abs", masks)
     return scale, jnp.zeros((), h_p.dtype)
 
 
@@ -214,8 +241,9 @@ def objective_functions(kind: str, divergence: str, convention: str = "abs") -> 
             f"{convention!r}: 'dv' needs 'kl', 'renyi_scale_free' needs 'renyi' or 'alpha' with 'abs'"
         )
 
-    def fform(h_p, h_q, alpha=None):
-        return jnp.mean(h_p) - jnp.mean(conjugate(h_q, alpha))
+    def fform(h_p, h_q, alpha=None, masks=None):
+        mask_p, mask_q = _masks(masks)
+        return masked_mean(h_p, mask_p) - masked_mean(conjugate(h_q, alpha), mask_q)
 
     return ObjectiveFunctions(fform, _identity_fit, _no_penalty, conjugate, fform)
 
@@ -253,6 +281,7 @@ def conservative_fit(
     shift: jax.Array,
     z: float,
     alpha: Any = None,
+    masks: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Moves the fitted scale (alpha family) or constant (KL) to maximise a validation lower bound.
 
@@ -275,6 +304,8 @@ def conservative_fit(
       shift: The closed-form shift.
       z: The normal quantile of the bound.
       alpha: The order passed to ``conjugate`` (None for KL).
+      masks: ``(mask_p, mask_q)``, the rows of the outputs that are samples (padded samples); None:
+        every row.
 
     Returns:
       ``(scale, shift)``, scalars of the outputs' dtype.
@@ -286,17 +317,20 @@ def conservative_fit(
     if kind not in ("dv", "renyi_scale_free"):
         return scale, shift
     k = jnp.arange(CONSERVATIVE_CANDIDATES, dtype=dt)
+    mask_p, mask_q = _masks(masks)
     if kind == "dv":
-        return _dv_conservative(h_p_val, h_q_val, scale, shift, z, k)
+        return _dv_conservative(h_p_val, h_q_val, scale, shift, z, k, mask_p, mask_q)
     scales, shifts = scale * 2.0 ** (-k / 2.0), jnp.full_like(k, shift)
+    n_p, n_q = masked_count(h_p_val, mask_p), masked_count(h_q_val, mask_q)
 
     def lower_bound(candidate):
         t, c = candidate
         a = t * h_p_val + c
         b = conjugate(t * h_q_val + c, alpha)
-        se = jnp.sqrt(jnp.var(a, ddof=1) / a.size + jnp.var(b, ddof=1) / b.size)
-        lcb = jnp.mean(a) - jnp.mean(b) - z * se
-        ok = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(b)) & jnp.isfinite(lcb)
+        se = jnp.sqrt(masked_var(a, mask_p, ddof=1) / n_p + masked_var(b, mask_q, ddof=1) / n_q)
+        lcb = masked_mean(a, mask_p) - masked_mean(b, mask_q) - z * se
+        ok = masked_all(jnp.isfinite(a), mask_p) & masked_all(jnp.isfinite(b), mask_q)
+        ok = ok & jnp.isfinite(lcb)
         return jnp.where(ok, lcb, -jnp.inf)
 
     # lax.map: one candidate at a time, so memory stays that of one validation pass.
@@ -304,7 +338,9 @@ def conservative_fit(
     return scales[best], shifts[best]
 
 
-def _dv_conservative(h_p, h_q, scale, shift, z, k) -> tuple[jax.Array, jax.Array]:
+def _dv_conservative(
+    h_p, h_q, scale, shift, z, k, mask_p=None, mask_q=None
+) -> tuple[jax.Array, jax.Array]:
     """:func:`conservative_fit` for KL: every constant c - k/4 from ONE pass over the validation data.
 
     f*(s) = exp(s - 1), so lowering the constant by d multiplies f*(h) by exp(-d): the mean of the
@@ -315,15 +351,17 @@ def _dv_conservative(h_p, h_q, scale, shift, z, k) -> tuple[jax.Array, jax.Array
     """
     a = scale * h_p + shift
     s = scale * h_q + shift - 1.0
-    top = jnp.max(s)
+    top = masked_max(s, mask_q)
     e = jnp.exp(s - top)
     level = top - 0.25 * k  # f*(h + c_k) = exp(level_k) * e
-    mean_b = jnp.exp(level) * jnp.mean(e)
-    var_b = jnp.exp(2.0 * level) * jnp.var(e, ddof=1)
-    mean_a = jnp.mean(a) - 0.25 * k
-    se = jnp.sqrt(jnp.var(a, ddof=1) / a.size + var_b / s.size)
+    mean_b = jnp.exp(level) * masked_mean(e, mask_q)
+    var_b = jnp.exp(2.0 * level) * masked_var(e, mask_q, ddof=1)
+    mean_a = masked_mean(a, mask_p) - 0.25 * k
+    n_p, n_q = masked_count(a, mask_p), masked_count(s, mask_q)
+    se = jnp.sqrt(masked_var(a, mask_p, ddof=1) / n_p + var_b / n_q)
     lcb = mean_a - mean_b - z * se
-    ok = jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(s)) & jnp.isfinite(lcb)
+    ok = masked_all(jnp.isfinite(a), mask_p) & masked_all(jnp.isfinite(s), mask_q)
+    ok = ok & jnp.isfinite(lcb)
     best = jnp.argmax(jnp.where(ok, lcb, -jnp.inf))
     return scale, shift - 0.25 * k[best]
 

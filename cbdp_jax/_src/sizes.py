@@ -163,7 +163,9 @@ def _output_dim(pair, dtype) -> int:
     """The dimension of one output of the pair's mechanism (traced, never run)."""
     import jax
 
-    shape = jax.eval_shape(lambda k: pair.sample(k, 1, dtype=dtype)[0], jax.random.key(0)).shape
+    from cbdp_jax._src import keys
+
+    shape = jax.eval_shape(lambda k: pair.sample(k, 1, dtype=dtype)[0], keys.from_seed(0)).shape
     return int(np.prod(shape[1:])) if len(shape) > 1 else 1
 
 

@@ -75,6 +75,41 @@ def init_ensemble(keys: jax.Array, trainer: Trainer, x_reference, learning_rate=
     return _init_program(keys, x_reference, learning_rate, trainer=trainer)
 
 
+def standardisation(x_reference, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(loc, scale)``: the mean and spread of a host sample (or of a sequence of them, pooled).
+
+    What :meth:`~cbdp_jax._src.core.Trainer.init` computes from ``x_reference`` (a spread of 0
+    becomes 1), on the host in float64 from the values in ``dtype``: no program depends on the
+    sample's size.
+    """
+    parts = x_reference if isinstance(x_reference, (tuple, list)) else (x_reference,)
+    x = np.concatenate([np.asarray(np.asarray(a), dtype) for a in parts], axis=0)
+    loc = np.mean(x, axis=0, dtype=np.float64)
+    spread = np.std(x, axis=0, dtype=np.float64)
+    return loc.astype(dtype), np.where(spread > 0, spread, 1.0).astype(dtype)
+
+
+def init_standardised_ensemble(
+    keys, trainer: Trainer, loc, scale, learning_rate=None
+) -> TrainState:
+    """:func:`init_ensemble` with the input standardisation given (:func:`standardisation`)."""
+    if learning_rate is not None and trainer.default_optimizer:
+        learning_rate = np.float32(learning_rate)
+    else:
+        learning_rate = None
+    return _init_standardised_program(keys, loc, scale, learning_rate, trainer=trainer)
+
+
+@persistent_jit(static_argnames=("trainer",))
+def _init_standardised_program(keys, loc, scale, learning_rate, *, trainer: Trainer) -> TrainState:
+    """The compiled initialisation from a known standardisation (one program for every sample size)."""
+    states = jax.vmap(trainer.init_standardised, in_axes=(0, None, None))(keys, loc, scale)
+    if learning_rate is None:
+        return states
+    lr = jnp.full((keys.shape[0],), learning_rate, jnp.float32)
+    return states._replace(opt_state=set_learning_rate(states.opt_state, lr))
+
+
 @persistent_jit(static_argnames=("trainer",))
 def _init_program(keys, x_reference, learning_rate, *, trainer: Trainer) -> TrainState:
     """The compiled initialisation (one program, not one per operation of the module's constructor).
@@ -243,6 +278,9 @@ SEGMENT_SECONDS = 0.25
 # Row counts of training arrays are rounded up to a bucket (masked rows past the samples) so that one
 # compiled training segment serves every sample size in it: powers of two from this many rows.
 MIN_BUCKET = 1 << 16
+# Validation arrays: powers of two from this many rows (10^4 and 2 x 10^4 samples per side, whose
+# validation samples are 2,500 and 5,000, share one training program).
+MIN_VAL_BUCKET = 1 << 13
 # No patience: a count no run reaches.
 _NO_PATIENCE = 1 << 30
 
@@ -269,18 +307,117 @@ def bucket_rows(n: int, minimum: int = MIN_BUCKET) -> int:
     return max(int(minimum), 1 << max(int(n) - 1, 0).bit_length())
 
 
-def _padded(x, rows: int) -> jax.Array:
+def validation_rows(n: int) -> int:
+    """The rows a validation sample of ``n`` rows is padded to: a power of two above ``n``.
+
+    At least one padding row (the scale-free Renyi score's phantom sample takes the first), and at
+    least ``MIN_VAL_BUCKET`` rows, so that sizes up to it share one compiled training program.
+    """
+    return bucket_rows(int(n) + 1, MIN_VAL_BUCKET)
+
+
+def pad_validation(val_p, val_q) -> tuple[tuple[jax.Array, jax.Array], tuple[int, int]]:
+    """Validation samples padded to :func:`validation_rows` of the larger side, and their counts."""
+    n_p, n_q = int(val_p.shape[0]), int(val_q.shape[0])
+    rows = validation_rows(max(n_p, n_q))
+    return (_padded(val_p, rows, always=True), _padded(val_q, rows, always=True)), (n_p, n_q)
+
+
+def _padded(x, rows: int, always: bool = False) -> jax.Array:
     """``x`` with zero rows appended up to ``rows``, put on the device once.
 
-    Padded on the host: no program of its own to compile for each shape.
+    Padded on the host: no program of its own to compile for each shape. ``always``: a device array
+    even where no row is added.
     """
     n = int(x.shape[0])
-    if n == rows:
+    if n == rows and not always:
         return x
     host = np.asarray(x)
     out = np.zeros((rows,) + host.shape[1:], host.dtype)
     out[:n] = host
     return jax.device_put(out)
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry(k1, k2, x1, x2):
+    """The Threefry-2x32 hash (20 rounds) as uint32 array arithmetic, unrolled (traceable).
+
+    The words JAX's ``threefry2x32`` gives (``keys.threefry2x32`` is the same on the host). JAX lowers
+    its primitive on CPU as a loop of five blocks, several compiled kernels per call; unrolled, XLA
+    fuses a chain of calls into a few elementwise kernels, which halves the kernels of the training
+    program (its compile time on a CPU).
+    """
+    u32 = jnp.uint32
+    ks = (k1, k2, k1 ^ k2 ^ u32(0x1BD11BDA))
+    a, b = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            a = a + b
+            b = jax.lax.shift_left(b, u32(r)) | jax.lax.shift_right_logical(b, u32(32 - r))
+            b = a ^ b
+        a = a + ks[(i + 1) % 3]
+        b = b + ks[(i + 2) % 3] + u32(i + 1)
+    return a, b
+
+
+def _unrolled_prng(key) -> bool:
+    """Whether :func:`fold_in2` and :func:`minibatch_indices` may hash JAX's keys themselves.
+
+    For threefry keys under partitionable threefry (JAX's default) and 32-bit integers: the layout
+    their words follow here. Otherwise they call ``jax.random``.
+    """
+    return (
+        str(jax.random.key_impl(key)) == "threefry2x32"
+        and bool(jax.config.jax_threefry_partitionable)
+        and not jax.config.jax_enable_x64
+    )
+
+
+def fold_in2(key, a, b):
+    """``jax.random.fold_in(jax.random.fold_in(key, a), b)`` for ``a, b >= 0`` (traceable)."""
+    if not _unrolled_prng(key):
+        return jax.random.fold_in(jax.random.fold_in(key, a), b)
+    words = jax.random.key_data(key)
+    zero = jnp.zeros((), jnp.uint32)
+    k1, k2 = _threefry(words[0], words[1], zero, jnp.asarray(a).astype(jnp.uint32))
+    k1, k2 = _threefry(k1, k2, zero, jnp.asarray(b).astype(jnp.uint32))
+    return jax.random.wrap_key_data(jnp.stack([k1, k2]), impl="threefry2x32")
+
+
+def minibatch_indices(key, batch_size: int, n_p, n_q):
+    """The minibatch rows of one step: ``randint(kp, (batch_size,), 0, n_p)``, the same of ``kq``.
+
+    ``kp, kq = jax.random.split(key)``; int32 indices; traceable. The same bits as those calls (``tests/test_training.py`` compares them): ``randint`` draws two
+    32-bit words per index, from the two halves of a split of its key, and reduces them modulo the
+    span.
+    """
+    if not _unrolled_prng(key):
+        kp, kq = jax.random.split(key)
+        return (
+            jax.random.randint(kp, (batch_size,), 0, n_p),
+            jax.random.randint(kq, (batch_size,), 0, n_q),
+        )
+    u32 = jnp.uint32
+    words = jax.random.key_data(key)
+    pair = jnp.arange(2, dtype=u32)
+    # split(key) -> (kp, kq); split(kp) and split(kq) -> the four keys of the four draws.
+    a, b = _threefry(words[0], words[1], jnp.zeros(2, u32), pair)
+    a, b = _threefry(a[:, None], b[:, None], jnp.zeros((2, 2), u32), pair[None, :])
+    a, b = a.reshape(4, 1), b.reshape(4, 1)
+    x, y = _threefry(a, b, jnp.zeros((4, batch_size), u32), jnp.arange(batch_size, dtype=u32)[None])
+    bits = x ^ y  # rows: high and low words of P's draw, then of Q's
+
+    def reduce(high, low, n):
+        n = jnp.asarray(n, jnp.int32)
+        span = jnp.where(n <= 0, u32(1), n.astype(u32))
+        multiplier = jax.lax.rem(u32(1 << 16), span)
+        multiplier = jax.lax.rem(multiplier * multiplier, span)
+        offset = jax.lax.rem(high, span) * multiplier + jax.lax.rem(low, span)
+        return jax.lax.rem(offset, span).astype(jnp.int32)
+
+    return reduce(bits[0], bits[1], n_p), reduce(bits[2], bits[3], n_q)
 
 
 class _Carry(NamedTuple):
@@ -329,8 +466,12 @@ def _train_body(
     best, or no longer finite). Returns the carry, the curves of the blocks it finished (rows
     ``[SEGMENT_BLOCKS, M]``, NaN past them), the number of steps it ran and whether all are stale.
 
-    Training arrays may hold padding rows: minibatch indices are drawn below ``counts`` (the real row
-    counts), with the same draws as over arrays of exactly that many rows.
+    Training and validation arrays hold padding rows: ``counts`` = (training P, training Q,
+    validation P, validation Q) real row counts. Minibatch indices are drawn below the training
+    counts (the same draws as over arrays of exactly that many rows); the validation objective
+    masks the padding rows out. The loop runs steps up to the next block's end, then a validation
+    check, one or the other per iteration (one copy of each in the program): the run's first
+    segment starts with the check of the initial critics.
     """
     start, end, every, patience = bounds
     dtype = val_p.dtype
@@ -341,9 +482,7 @@ def _train_body(
             return xp.astype(dtype), xq.astype(dtype)
         if batch_size is None:
             return train_p, train_q
-        kp, kq = jax.random.split(k)
-        ip = jax.random.randint(kp, (batch_size,), 0, counts[0])
-        iq = jax.random.randint(kq, (batch_size,), 0, counts[1])
+        ip, iq = minibatch_indices(k, batch_size, counts[0], counts[1])
         return train_p[ip], train_q[iq]
 
     state = carry.state
@@ -352,25 +491,20 @@ def _train_body(
     axes = state_axes(trainer, state)
     # The ensemble shares each step's minibatch (and key): vmap over the members' states only.
     vstep = jax.vmap(trainer.step, in_axes=(None, axes, None), out_axes=(axes, 0))
-    vvalue = jax.vmap(trainer.value, in_axes=(axes, None))
+    vvalue = jax.vmap(trainer.value, in_axes=(axes, None, None, None))
+    rows = jnp.arange(val_p.shape[0])
+    masks = (rows < counts[2], rows < counts[3])
 
     def validate(st):
-        return vvalue(st, (val_p, val_q))
-
-    def fresh(c):
-        # The run's first segment: the initial critics are the first candidates (as before training).
-        v0 = validate(c.state)
-        v0 = jnp.where(jnp.isfinite(v0), v0, -jnp.inf)
-        return c._replace(last=v0, best_params=c.state.params, best_value=v0)
+        return vvalue(st, (val_p, val_q), None, masks)
 
     carry = carry._replace(state=state)
-    carry = jax.lax.cond(start == 0, fresh, lambda c: c, carry)
     members = carry.best_value.shape[0]
     nan = jnp.full((SEGMENT_BLOCKS, members), jnp.nan, carry.best_value.dtype)
 
     def step(s, c):
         st, last = c
-        k = jax.random.fold_in(jax.random.fold_in(key, s // every), s % every)
+        k = fold_in2(key, s // every, s % every)
         st, info = vstep(k, st, batch(k))
         return st, info.value
 
@@ -379,23 +513,26 @@ def _train_body(
         return (patience < _NO_PATIENCE) & ~jnp.any(c.finite & (c.since < patience))
 
     def more(loop):
-        s, c, _, _, _ = loop
-        return (s < end) & ~stale(c)
+        s, c, _, _, _, pending = loop
+        return ((s < end) | pending) & ~stale(c)
 
-    def run(loop):
-        s, c, row, train_c, val_c = loop
+    def steps(loop):
+        s, c, row, train_c, val_c, _ = loop
         stop = jnp.minimum((s // every + 1) * every, end)
         st, last = jax.lax.fori_loop(s, stop, step, (c.state, c.last))
-        c = c._replace(state=st, last=last)
+        return stop, c._replace(state=st, last=last), row, train_c, val_c, stop % every == 0
 
-        check = functools.partial(_check, validate)
-        ended = stop % every == 0
-        c, row, train_c, val_c = jax.lax.cond(ended, check, lambda a: a, (c, row, train_c, val_c))
-        return stop, c, row, train_c, val_c
+    def check(loop):
+        s, c, row, train_c, val_c, _ = loop
+        v = validate(c.state)
+        c, row, train_c, val_c = jax.lax.cond(s == 0, _fresh, _check, c, v, row, train_c, val_c)
+        return s, c, row, train_c, val_c, jnp.zeros((), bool)
 
-    s, carry, rows, train_c, val_c = jax.lax.while_loop(
-        more, run, (start, carry, jnp.zeros((), jnp.int32), nan, nan)
-    )
+    def run(loop):
+        return jax.lax.cond(loop[5], check, steps, loop)
+
+    loop = (start, carry, jnp.zeros((), jnp.int32), nan, nan, start == 0)
+    s, carry, rows_done, train_c, val_c, _ = jax.lax.while_loop(more, run, loop)
     if not trainer.line_search:  # back to one count per member, the form the carry came in
         opt = jax.tree.map(
             lambda x: jnp.broadcast_to(x, (members,) + x.shape)
@@ -403,13 +540,17 @@ def _train_body(
             carry.state.opt_state,
         )  # fmt: skip
         carry = carry._replace(state=carry.state._replace(opt_state=opt))
-    return carry, train_c, val_c, s - start, rows, stale(carry)
+    return carry, train_c, val_c, s - start, rows_done, stale(carry)
 
 
-def _check(validate, args):
+def _fresh(c: _Carry, v, row, train_c, val_c):
+    """The run's first check: the initial critics are the first candidates (as before training)."""
+    v0 = jnp.where(jnp.isfinite(v), v, -jnp.inf)
+    return c._replace(last=v0, best_params=c.state.params, best_value=v0), row, train_c, val_c
+
+
+def _check(c: _Carry, v, row, train_c, val_c):
     """A validation check at a block's end: each member's best parameters, value and staleness."""
-    c, row, train_c, val_c = args
-    v = validate(c.state)
     finite = c.finite & jnp.isfinite(v) & finite_members(c.state.params)
     v = jnp.where(finite, v, -jnp.inf)
     better = v > c.best_value
@@ -476,12 +617,14 @@ def train_ensemble(
     patience: int | None = None,
     segment_seconds: float = SEGMENT_SECONDS,
     cancelled: Callable[[], bool] | None = None,
+    val_counts: tuple[int, int] | None = None,
 ) -> TrainOutput:
     """Trains a stacked ensemble of adversaries, in compiled segments driven from the host.
 
     The step count, the evaluation interval and the patience are run-time values of one compiled
-    program (a new budget compiles nothing), and the training arrays are padded to a bucket of rows
-    (:func:`bucket_rows`), so a new sample size in the same bucket compiles nothing either. Each
+    program (a new budget compiles nothing), and the training and validation arrays are padded to
+    buckets of rows (:func:`bucket_rows`, :func:`validation_rows`; the validation objective masks
+    the padding out), so a new sample size in the same buckets compiles nothing either. Each
     compiled call runs about ``segment_seconds`` of steps (the first two a few steps: the first one
     compiles), so an interrupt (Ctrl-C) or ``cancelled`` is seen between segments, and ``progress``
     is called after each segment.
@@ -509,6 +652,8 @@ def train_ensemble(
       segment_seconds: The wall time each compiled call aims at.
       cancelled: Optional host check between segments; when it returns True, training stops with
         ``KeyboardInterrupt``.
+      val_counts: The validation samples per side when ``val_p`` and ``val_q`` are already padded
+        (:func:`pad_validation`); None: every row is a sample (they are padded here).
 
     Returns:
       A :class:`TrainOutput` (its trace as host arrays).
@@ -523,7 +668,7 @@ def train_ensemble(
         if train_p is None or train_q is None:
             raise ValueError("train_ensemble needs train_p and train_q, or a sampler")
     else:
-        train_p = train_q = val_p[:1]
+        train_p = train_q = np.zeros((1,) + tuple(val_p.shape[1:]), np.dtype(val_p.dtype))
         if batch_size is None:
             raise ValueError("fresh-sample training needs a batch_size")
     if trainer.line_search and (sampler is not None or batch_size is not None):
@@ -532,17 +677,21 @@ def train_ensemble(
             "compares losses of one fixed batch; use batch_size=None with stored samples, or Adam"
         )
     every = min(int(eval_every), int(steps))
-    counts = np.array([train_p.shape[0], train_q.shape[0]], np.int32)
+    if val_counts is None:
+        (val_p, val_q), val_counts = pad_validation(val_p, val_q)
+    counts = np.array([train_p.shape[0], train_q.shape[0], *val_counts], np.int32)
     if sampler is None and batch_size is not None:
         # Minibatches index below the real counts: padding rows are never drawn.
-        rows = bucket_rows(max(counts))
+        rows = bucket_rows(max(counts[:2]))
         train_p, train_q = _padded(train_p, rows), _padded(train_q, rows)
     members = jax.tree.leaves(state.params)[0].shape[0]
     zeros = np.zeros((members,), np.dtype(val_p.dtype))
-    carry = _Carry(
+    # On the device from the first call: the later segments pass the previous one's outputs, and a
+    # program store keys host and device arguments apart.
+    carry = jax.device_put(_Carry(
         state, zeros, state.params, zeros, np.ones((members,), bool),
         np.zeros((members,), np.int32),
-    )  # fmt: skip
+    ))  # fmt: skip
     static = {"trainer": trainer, "batch_size": batch_size, "sampler": sampler}
 
     def segment(carry, bounds):

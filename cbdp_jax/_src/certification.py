@@ -985,8 +985,13 @@ def diagnostics(
     out.extend(_convergence(val_curve, f_se))
     if insample is None:
         return out
-    gap = insample.estimate_terms.estimate - f_est
-    if math.isfinite(gap) and gap > 3.0 * f_se + 0.01 * abs(f_est) + 1e-3:
+    terms = insample.estimate_terms
+    gap = terms.estimate - f_est
+    # The in-sample value is computed on a subsample of the training pairs at most (the estimator's
+    # INSAMPLE_PAIRS): its own standard error is part of the gap's noise.
+    se_in = terms.std_error
+    noise = math.hypot(f_se, se_in) if math.isfinite(se_in) else f_se
+    if math.isfinite(gap) and gap > 3.0 * noise + 0.01 * abs(f_est) + 1e-3:
         out.append(
             f"train/test gap: in-sample value exceeds the held-out estimate by {gap:.3g} "
             f"(> 3 standard errors); the adversary overfits -- use more samples or a smaller class"

@@ -82,10 +82,11 @@ class Trainer(NamedTuple):
       init: ``(key, x_reference [n, d]) -> TrainState``: inputs standardised with the reference
         sample's mean and spread.
       step: ``(key, state, (x_p, x_q), alpha=None) -> (TrainState, StepInfo)``.
-      value: ``(state, (x_p, x_q), alpha=None, masks=None) -> scalar`` validation criterion: the
+      value: ``(state, (x_p, x_q), alpha=None, counts=None) -> scalar`` validation criterion: the
         training objective, or for the scale-free Renyi form its value minus 1.645 standard errors
         (``objectives.renyi_scale_free_score``), which picks the member and the stopping point.
-        ``masks=(mask_p, mask_q)``: the rows of padded samples that are samples.
+        ``counts=(n_p, n_q)``: the samples are the first rows of padded arrays (:func:`outputs_of`
+        computes the network only on the pieces that hold them).
       apply: ``(params, rest, x [n, d]) -> [n]`` outputs.
       init_standardised: ``(key, loc [d], scale [d]) -> TrainState``: inputs standardised with a
         known location and scale (the sweep knows its noise laws').
@@ -332,12 +333,15 @@ def _apply_value_loss(graphdef, fns, divergence: Divergence) -> tuple[Callable, 
     def _alpha(alpha):
         return divergence.alpha if alpha is None else alpha
 
-    def value(state, batch, alpha=None, masks=None):
+    def value(state, batch, alpha=None, counts=None):
         # The validation criterion (the objective, or its lower value for the scale-free Renyi form).
         x_p, x_q = batch
-        h_p, h_q = apply(state.params, state.rest, x_p), apply(state.params, state.rest, x_q)
-        if masks is None:
+        if counts is None:
+            h_p, h_q = apply(state.params, state.rest, x_p), apply(state.params, state.rest, x_q)
             return fns.score(h_p, h_q, _alpha(alpha))
+        net = functools.partial(apply, state.params, state.rest)
+        h_p, h_q = outputs_of(net, x_p, counts[0]), outputs_of(net, x_q, counts[1])
+        masks = tuple(jnp.arange(h.shape[0]) < n for h, n in zip((h_p, h_q), counts, strict=True))
         return fns.score(h_p, h_q, _alpha(alpha), masks)
 
     def loss(params, rest, batch, alpha):
@@ -350,6 +354,32 @@ def _apply_value_loss(graphdef, fns, divergence: Divergence) -> tuple[Callable, 
         return -v + fns.penalty(h_p, h_q), v
 
     return apply, value, loss
+
+
+# The rows of each piece :func:`outputs_of` runs the network on.
+PIECE_ROWS = 2048
+
+
+def outputs_of(net: Callable, x: jax.Array, n, piece: int = PIECE_ROWS) -> jax.Array:
+    """``net(x)`` ``[rows]`` on the pieces of ``piece`` rows that hold the first ``n`` rows of ``x``.
+
+    ``x`` is a sample padded to ``rows`` rows (a multiple of ``piece``); ``n`` may be traced. The
+    network runs on ``ceil(n / piece)`` pieces (a loop with a run-time trip count), not on the
+    padding beyond them, whose outputs are 0: a program compiled for a bucket of rows costs about
+    what the samples in it need. Each row's output is the network's on that row. Traceable.
+    """
+    rows = x.shape[0]
+    if rows % piece or rows == piece:
+        return net(x)
+    shape = jax.eval_shape(net, jax.ShapeDtypeStruct((piece,) + x.shape[1:], x.dtype))
+
+    def body(i, out):
+        start = i * piece
+        h = net(jax.lax.dynamic_slice_in_dim(x, start, piece))
+        return jax.lax.dynamic_update_slice_in_dim(out, h, start, 0)
+
+    pieces = (jnp.asarray(n, jnp.int32) + piece - 1) // piece
+    return jax.lax.fori_loop(0, pieces, body, jnp.zeros((rows,), shape.dtype))
 
 
 def _initialisers(build, tx: optax.GradientTransformation, dtype) -> tuple[Callable, Callable]:

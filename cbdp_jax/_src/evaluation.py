@@ -19,6 +19,7 @@ bounding): the estimate is reported for it, the bound for the certified one (doc
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src import threads
+from cbdp_jax._src.core import outputs_of
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
@@ -44,13 +46,16 @@ __all__ = [
     "evaluate_fixed",
     "outputs",
     "pad_rows",
+    "readout_host",
     "rowwise_outputs",
     "z_quantile",
 ]
 
-# The rows of every piece the row-wise programs (evaluation, outputs) run on: one compiled program
-# per class serves every sample size; a piece this size takes a few milliseconds on a CPU.
-EVAL_ROWS = 1 << 14
+# The rows of every chunk the row-wise programs (evaluation, outputs) take: one compiled program per
+# class serves every sample size. Inside, the network runs on pieces of EVAL_PIECE rows, only on
+# those that hold samples (core.outputs_of), so a short last chunk costs what its samples need.
+EVAL_ROWS = 1 << 16
+EVAL_PIECE = 1 << 12
 
 
 class Padded(NamedTuple):
@@ -89,10 +94,19 @@ def critic_outputs(graphdef, critic: Critic, x: jax.Array) -> jax.Array:
 
 
 @persistent_jit(static_argnames=("graphdef",))
-def outputs(graphdef, critic: Critic, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The network's raw outputs on ``x`` ``[n, d]`` and the critic's values (one program)."""
-    raw = apply_fn(graphdef, critic.params, critic.rest, x)
+def outputs(graphdef, critic: Critic, x: jax.Array, n) -> tuple[jax.Array, jax.Array]:
+    """The network's raw outputs on the first ``n`` rows of ``x`` ``[rows, d]`` and the critic's values.
+
+    One program; rows past the pieces that hold the ``n`` samples are not computed (their outputs
+    are meaningless).
+    """
+    raw = _raw(graphdef, critic, x, n)
     return raw, _readout(critic, raw)
+
+
+def _raw(graphdef, critic: Critic, x: jax.Array, n) -> jax.Array:
+    net = functools.partial(apply_fn, graphdef, critic.params, critic.rest)
+    return outputs_of(net, x, n, EVAL_PIECE)
 
 
 def rowwise_outputs(graphdef, critic: Critic, x) -> tuple[np.ndarray, np.ndarray]:
@@ -106,10 +120,26 @@ def rowwise_outputs(graphdef, critic: Critic, x) -> tuple[np.ndarray, np.ndarray
     raws, crits = [], []
     for start in range(0, max(n, 1), EVAL_ROWS):
         piece, count = _pad(host[start : start + EVAL_ROWS], EVAL_ROWS, host)
-        raw, crit = outputs(graphdef, critic, jax.device_put(piece))
+        raw, crit = outputs(graphdef, critic, jax.device_put(piece), np.int32(count))
         raws.append(np.asarray(raw)[:count])
         crits.append(np.asarray(crit)[:count])
     return np.concatenate(raws), np.concatenate(crits)
+
+
+def readout_host(critic: Critic, raw: np.ndarray) -> np.ndarray:
+    """The critic's values from the network's raw outputs, on the host in the outputs' dtype.
+
+    :func:`_readout`'s arithmetic in NumPy (the last bit may differ where the compiled program
+    fuses a multiply-add): for choices made on validation samples (tail centres, predicted
+    bounds), which then need no second pass of the network.
+    """
+    raw = np.asarray(raw)
+    dt = raw.dtype.type
+    h = dt(critic.scale) * raw + dt(critic.shift)
+    bound = float(critic.bound)
+    if math.isfinite(bound):
+        h = dt(bound) * np.tanh(h / dt(bound))
+    return h
 
 
 def _readout(critic: Critic, raw: jax.Array) -> jax.Array:
@@ -134,8 +164,7 @@ def _chunk_body(
     critic, named, x_p, x_q, n_p, n_q, centres, *, graphdef, divergence: Divergence, capacity
 ):
     div = divergence
-    raw_p = apply_fn(graphdef, critic.params, critic.rest, x_p)
-    raw_q = apply_fn(graphdef, critic.params, critic.rest, x_q)
+    raw_p, raw_q = _raw(graphdef, critic, x_p, n_p), _raw(graphdef, critic, x_q, n_q)
     t_p = _readout(critic, raw_p)
     t_q = div.conjugate(_readout(critic, raw_q))
     rows = jnp.arange(x_p.shape[0])
@@ -145,6 +174,9 @@ def _chunk_body(
     named_critic = critic._replace(scale=named[0], shift=named[1], bound=jnp.inf)
     named_p = _readout(named_critic, raw_p)
     named_q = div.conjugate(_readout(named_critic, raw_q))
+    # Computed once: without the barrier XLA fuses f* (exp, log, tanh) into every statistic's kernel,
+    # which multiplies the code it compiles and the transcendentals it evaluates.
+    t_p, t_q, z, named_p, named_q = jax.lax.optimization_barrier((t_p, t_q, z, named_p, named_q))
     return (
         mom.of(t_p, mask_p),
         mom.of(t_q, mask_q),

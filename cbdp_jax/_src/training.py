@@ -492,11 +492,9 @@ def _train_body(
     # The ensemble shares each step's minibatch (and key): vmap over the members' states only.
     vstep = jax.vmap(trainer.step, in_axes=(None, axes, None), out_axes=(axes, 0))
     vvalue = jax.vmap(trainer.value, in_axes=(axes, None, None, None))
-    rows = jnp.arange(val_p.shape[0])
-    masks = (rows < counts[2], rows < counts[3])
 
     def validate(st):
-        return vvalue(st, (val_p, val_q), None, masks)
+        return vvalue(st, (val_p, val_q), None, (counts[2], counts[3]))
 
     carry = carry._replace(state=state)
     members = carry.best_value.shape[0]

@@ -3,7 +3,8 @@
 Nothing is downloaded: ``load_digits`` ships with scikit-learn (8x8 images, 1797 examples, 10
 classes, pixels scaled to [0, 1]; its always-blank border pixels give the gradient canary a coordinate
 no example moves). The synthetic data is two Gaussian blobs with one always-zero feature for the same
-purpose. Models are logistic regression (one ``nnx.Linear``) and a 2-layer ReLU MLP.
+purpose. Models are logistic regression (one ``nnx.Linear``), a 2-layer ReLU MLP and a small CNN
+(:mod:`~cbdp_jax._src.training_models`).
 
 :func:`worst_case_problem` is the data set of the shuffled-batch lower bound
 (:mod:`~cbdp_jax._src.shuffle_lower_bound`) built as training data, with a one-parameter model.
@@ -18,10 +19,11 @@ from flax import nnx
 
 from cbdp_jax._src.batch_sampling import BatchSampler
 from cbdp_jax._src.training_audit import Canary, TrainingProblem, dp_sgd
+from cbdp_jax._src.training_models import CNN, MLP
 from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_int_at_least
 
 DATASETS = ("digits", "synthetic")
-MODELS = ("logreg", "mlp")
+MODELS = ("logreg", "mlp", "cnn")
 STEPS = ("dp-sgd", "optax")
 
 
@@ -53,23 +55,15 @@ def load_data(name: str, *, n: int | None = None, seed: int = 0) -> tuple[np.nda
     return x.astype(np.float32), y.astype(np.int32)
 
 
-class MLP(nnx.Module):
-    """x -> Linear(hidden) -> ReLU -> Linear(classes)."""
-
-    def __init__(self, features: int, hidden: int, classes: int, *, rngs: nnx.Rngs):
-        self.hidden = nnx.Linear(features, hidden, rngs=rngs)
-        self.out = nnx.Linear(hidden, classes, rngs=rngs)
-
-    def __call__(self, x):
-        return self.out(nnx.relu(self.hidden(x)))
-
-
 def make_model(kind: str, features: int, classes: int, *, seed: int = 0, hidden: int = 32):
-    """``'logreg'`` (``nnx.Linear``) or ``'mlp'`` (:class:`MLP`), initialised from ``seed``."""
+    """``'logreg'`` (``nnx.Linear``), ``'mlp'`` (:class:`MLP`) or ``'cnn'`` (:class:`CNN`, square
+    images), initialised from ``seed``."""
     check_choice("model", kind, MODELS)
     rngs = nnx.Rngs(seed)
     if kind == "logreg":
         return nnx.Linear(features, classes, rngs=rngs)
+    if kind == "cnn":
+        return CNN(features, classes, rngs=rngs)
     return MLP(features, hidden, classes, rngs=rngs)
 
 

@@ -26,8 +26,9 @@ def _identity(layer, inputs, outputs):
 
 
 class CNN(nnx.Module):
-    """x ``[b, side^2]`` -> Conv(c1, 3x3) -> ReLU -> avg pool 2 -> Conv(c2, 3x3) -> ReLU -> avg pool 2
-    -> Linear(classes).
+    """Two 3x3 convolutions, each followed by ReLU and 2x2 average pooling, then a linear read-out.
+
+    x ``[b, side^2]`` -> Conv(c1) -> ReLU -> pool -> Conv(c2) -> ReLU -> pool -> Linear(classes).
 
     Args:
       features: The flattened image size, a square ``side * side`` with ``side`` divisible by 4.

@@ -14,6 +14,7 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -37,6 +38,20 @@ BUGS = (
     "mean-over-batch",
     "mean-over-dataset",
 )
+
+
+class SummedForm(NamedTuple):
+    """A step given the clipped sum instead of per-example gradients (``update.summed_form``).
+
+    A DP step that clips each gradient to ``clip`` (None: no clipping) and then only uses the sum
+    can expose this on its ``update`` function; a training audit then computes the clipped sum
+    without materialising per-example gradients where the model allows
+    (:mod:`~cbdp_jax._src.ghost_clipping`), and ``from_sum(summed, state, batch_mask)`` returns
+    ``(updates, state)`` exactly as ``update`` would.
+    """
+
+    clip: float | None
+    from_sum: Callable
 
 
 class DpSgdState(NamedTuple):
@@ -107,10 +122,13 @@ def dp_sgd(
         factor = jnp.ones_like(norms) if bug == "no-clip" else jnp.minimum(1.0, clip / norms)
         factor = jnp.nan_to_num(factor, nan=1.0)
         summed = jax.tree.map(lambda g: jnp.tensordot(factor, g, 1), grads)
+        mask = jnp.ones(norms.shape, bool) if batch_mask is None else batch_mask
+        return from_sum(summed, state, mask)
+
+    def from_sum(summed, state, batch_mask):
         divisor = batch
         if bug == "mean-over-batch":
-            mask = jnp.ones(norms.shape, bool) if batch_mask is None else batch_mask
-            divisor = jnp.maximum(jnp.sum(mask), 1).astype(norms.dtype)
+            divisor = jnp.maximum(jnp.sum(batch_mask), 1).astype(jnp.float32)
         paths, treedef = jax.tree_util.tree_flatten_with_path(summed)
         next_key, *keys = jax.random.split(state.rng_key, len(paths) + 1)
         out = []
@@ -124,4 +142,6 @@ def dp_sgd(
                 out.append(-lr * (s + noise) / divisor)
         return jax.tree.unflatten(treedef, out), DpSgdState(next_key)
 
+    # what the engine's ghost clipping needs: the clipping norm and the step after the clipped sum
+    update.summed_form = SummedForm(None if bug == "no-clip" else clip, from_sum)
     return optax.GradientTransformationExtraArgs(init, update)

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
 
@@ -241,3 +242,57 @@ def clipped_sum(
     scale = (weights * factor).astype(dlogits.dtype)
     summed, _ = vjp_fn(dlogits * scale.reshape((-1,) + (1,) * (dlogits.ndim - 1)))
     return summed, norms
+
+
+def _ce(logits, y):
+    return optax.losses.softmax_cross_entropy_with_integer_labels(logits, y)
+
+
+def ghost_update(prep, tx, default_loss: bool) -> Callable | None:
+    """The engine's step by ghost clipping, or None where it does not apply.
+
+    The step is ``(params, state, idx, valid, present) -> (updates, state)``. It applies when the step exposes ``update.summed_form`` (:class:`~cbdp_jax._src.dp_steps.
+    SummedForm`, the library's ``dp_sgd``), the loss is the default cross-entropy and the model has
+    a :func:`ghost_plan`. The batch is the one the engine's per-example path builds
+    (``training_runs.batch_grads``): the slots' examples, D''s replaced example in the canary's slot
+    under replace-one, and a fixed gradient (the gradient canary on D, its neighbour's on D') in
+    that slot instead of the loss's, each clipped like any example's.
+    """
+    form = getattr(tx.update, "summed_form", None)
+    if form is None or not default_loss:
+        return None
+    plan = ghost_plan(prep.graphdef, prep.params, (2, *prep.x.shape[1:]))
+    if plan is None:
+        return None
+    fixed = [g for g in (prep.canary_grad, prep.neighbour_grad) if g is not None]
+    factors = [
+        1.0 if form.clip is None else min(1.0, form.clip / max(_tree_norm(g), 1e-30)) for g in fixed
+    ]
+
+    def update(params, state, idx, valid, present):
+        on_d = present > 0
+        is_slot = idx == prep.slot
+        x, y = prep.x[idx], prep.y[idx]
+        if prep.x_out is not None:  # replace-one: D''s slot holds the replaced example
+            out = is_slot & ~on_d
+            x = jnp.where(out.reshape((-1,) + (1,) * prep.x_out.ndim), prep.x_out[None], x)
+            y = jnp.where(out.reshape((-1,) + (1,) * prep.y_out.ndim), prep.y_out[None], y)
+        w = valid.astype(jnp.float32)
+        here = []
+        if prep.canary_grad is not None:
+            here.append(is_slot & on_d)
+        if prep.neighbour_grad is not None:
+            here.append(is_slot & ~on_d)
+        for h in here:  # a fixed gradient replaces the loss's in the slot
+            w = jnp.where(h, 0.0, w)
+        summed, _ = clipped_sum(plan, prep.graphdef, params, x, y, w, form.clip, _ce)
+        for g, f, h in zip(fixed, factors, here, strict=True):
+            c = jnp.sum(h & valid).astype(jnp.float32) * f
+            summed = jax.tree.map(lambda s, gi, c=c: s + c * gi, summed, g)
+        return form.from_sum(summed, state, valid)
+
+    return update
+
+
+def _tree_norm(tree) -> float:
+    return float(jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(tree))))

@@ -15,6 +15,8 @@ identity tap, so the two are the same computation.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from cbdp_jax._src.validation import InvalidParameterError, check_int_at_least
@@ -23,6 +25,25 @@ from cbdp_jax._src.validation import InvalidParameterError, check_int_at_least
 def _identity(layer, inputs, outputs):
     del layer, inputs
     return outputs
+
+
+def conv_same(layer: nnx.Conv, h: jax.Array) -> jax.Array:
+    """``layer(h)`` for a stride-1, ``SAME``-padded ``nnx.Conv`` with an odd kernel, as shifted slices.
+
+    The same convolution as ``layer(h)`` (to float rounding), computed as one contraction of the
+    k^2 shifted copies of the padded input with the kernel: under ``vmap`` over runs, each with
+    its own kernel, this is a batched matrix product, where ``lax.conv`` becomes a grouped
+    convolution (2x slower on CPU for the digits CNN, measured).
+    """
+    kh, kw = layer.kernel_size
+    big_h, big_w = h.shape[1], h.shape[2]
+    padded = jnp.pad(h, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
+    shifted = [padded[:, i : i + big_h, j : j + big_w, :] for i in range(kh) for j in range(kw)]
+    kernel = layer.kernel[...]
+    out = jnp.einsum(
+        "bhwkc,kco->bhwo", jnp.stack(shifted, axis=3), kernel.reshape(kh * kw, *kernel.shape[2:])
+    )
+    return out + layer.bias[...] if layer.bias is not None else out
 
 
 class CNN(nnx.Module):
@@ -49,6 +70,7 @@ class CNN(nnx.Module):
             )
         c1, c2 = (check_int_at_least("cnn channels", c, 1) for c in channels)
         self.side = side
+        # nnx.Conv layers (parameters, initialisation, metadata), applied by conv_same
         self.conv1 = nnx.Conv(1, c1, (3, 3), padding="SAME", rngs=rngs)
         self.conv2 = nnx.Conv(c1, c2, (3, 3), padding="SAME", rngs=rngs)
         self.out = nnx.Linear(c2 * (side // 4) ** 2, classes, rngs=rngs)
@@ -56,9 +78,9 @@ class CNN(nnx.Module):
     def tapped_call(self, x, tap=_identity):
         """The forward pass with ``tap(layer, input, output)`` applied to each layer's output."""
         h = x.reshape((-1, self.side, self.side, 1))
-        h = tap(self.conv1, h, self.conv1(h))
+        h = tap(self.conv1, h, conv_same(self.conv1, h))
         h = nnx.avg_pool(nnx.relu(h), (2, 2), strides=(2, 2))
-        h = tap(self.conv2, h, self.conv2(h))
+        h = tap(self.conv2, h, conv_same(self.conv2, h))
         h = nnx.avg_pool(nnx.relu(h), (2, 2), strides=(2, 2))
         h = h.reshape((h.shape[0], -1))
         return tap(self.out, h, self.out(h))

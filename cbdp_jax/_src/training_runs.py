@@ -36,6 +36,7 @@ from flax import nnx
 from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.batch_sampling import BatchSampler
+from cbdp_jax._src.ghost_clipping import ghost_update
 from cbdp_jax._src.training_problem import TrainingProblem, check_labels, cross_entropy
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -316,10 +317,13 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
             "so each side needs its own run: make_run(..., side=1.0 or 0.0)"
         )
     txs = {s: problem.step_for(size) for s, size in ((1.0, size_d), (0.0, size_out))}
+    default_loss = problem.loss_fn is None
+    ghost = {s: ghost_update(prep, tx, default_loss) for s, tx in txs.items()}
 
     def run(key: jax.Array, present: jax.Array) -> RunOutput:
         present = jnp.float32(side) if side is not None else jnp.asarray(present, jnp.float32)
         tx = txs[float(side)] if side is not None else txs[1.0]
+        fast = ghost[float(side)] if side is not None else ghost[1.0]
         k_batch, k_noise = jax.random.split(key)
         state = rekey(tx.init(prep.params), k_noise)
         if size_out == size_d:
@@ -331,8 +335,11 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
         def body(carry, t):
             params, state, over = carry
             idx, valid, overflow = sampler.batch(plan, t, slots, size)
-            grads = batch_grads(prep, params, idx, valid, present)
-            updates, state = apply_step(tx, grads, state, params, valid)
+            if fast is not None:  # ghost clipping: the same step, no per-example gradients
+                updates, state = fast(params, state, idx, valid, present)
+            else:
+                grads = batch_grads(prep, params, idx, valid, present)
+                updates, state = apply_step(tx, grads, state, params, valid)
             z = tree_dot(updates, prep.direction) / prep.unit
             return (optax.apply_updates(params, updates), state, over + overflow), z
 

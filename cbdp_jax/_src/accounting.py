@@ -234,3 +234,28 @@ def parse_dpsgd(text: str) -> DpsgdClaim:
         eps, delta, noise, rate, steps, sampling, describe_accountant(relation, accountant),
         relation, accountant,
     )  # fmt: skip
+
+
+def dpsgd_noise(epsilon: float, delta: float, rate: float, steps: int, *,
+                relation: str = "add-remove", accountant: str = "pld") -> float:  # fmt: skip
+    """The noise multiplier whose T Poisson-subsampled Gaussian steps give ``epsilon`` at ``delta``.
+
+    Bisection on :func:`dpsgd_epsilon` (epsilon decreases in the noise) to a relative 1e-6 of the
+    noise, returning the upper end: the accountant's epsilon at the returned noise is at most
+    ``epsilon`` (up to the accountant's own discretisation).
+
+    Raises:
+      InvalidParameterError: For parameters out of range.
+
+    """
+    target = check_positive("epsilon", epsilon)
+    eps_at = lambda s: dpsgd_epsilon(s, rate, steps, delta, relation=relation, accountant=accountant)
+    lo, hi = 1e-2, 1.0
+    while eps_at(hi) > target:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e6:
+            raise InvalidParameterError(f"epsilon={epsilon!r} is invalid: no noise below 1e6 reaches it")
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if eps_at(mid) <= target else (mid, hi)
+    return hi

@@ -46,7 +46,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from cbdp_jax._src.training_problem import Canary
+from cbdp_jax._src.batch_sampling import BatchSampler
+from cbdp_jax._src.dp_steps import dp_sgd
+from cbdp_jax._src.training_problem import Canary, TrainingProblem
+from cbdp_jax._src.training_setups import load_data, make_model
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -344,3 +347,38 @@ def describe(report: StartReport) -> str:
         f", worst canary margin {report.canary_margin:.4g}, canary gradient "
         f"{report.canary_gradient:.4g} C, noise share {report.noise_share:.2g}"
     )
+
+
+def crafted_problem(
+    *, model: str = "logreg", data: str = "digits", n: int | None = 1000,
+    init: str = "worst-case", noise: float, rate: float = 1.0, steps: int = 100,
+    clip: float = 1.0, learning_rate: float = 5e-4, divisor: float = 1.0,
+    threat: str = "black-box", relation: str | None = None, seed: int = 0, chunk: int = 2048,
+    fit_steps: int = 2000,
+) -> tuple[TrainingProblem, StartReport]:  # fmt: skip
+    """A black-box (or white-box) audit's problem from :func:`crafted_start`.
+
+    DP-SGD (:func:`~cbdp_jax._src.dp_steps.dp_sgd`) with the sum of clipped gradients divided by the
+    constant ``divisor`` (1: summed, not averaged, as in Annamalai & De Cristofaro), Poisson
+    sampling at ``rate`` (1: full batch, every example in every step), T = ``steps``.
+
+    Returns:
+      The :class:`TrainingProblem` and the start's :class:`StartReport`.
+
+    """
+    x, y = load_data(data, n=n, seed=seed)
+    training = Training(learning_rate, clip, noise, steps, divisor)
+    net = make_model(model, x.shape[1], int(y.max()) + 1, seed=seed)
+    start = crafted_start(net, x, y, init=init, training=training, fit_steps=fit_steps)
+    step = dp_sgd(
+        learning_rate=learning_rate, l2_norm_clip=clip, noise_multiplier=noise,
+        expected_batch_size=divisor,
+    )  # fmt: skip
+    sampling = "full batch" if rate == 1.0 else f"Poisson q={rate:g}"
+    problem = TrainingProblem(
+        model=start.model, data=(x, y), step=step, sampler=BatchSampler(kind="poisson", rate=rate),
+        steps=steps, canary=start.canary, threat=threat, noise_multiplier=noise,
+        l2_norm_clip=clip, relation=relation, chunk=chunk,
+        name=f"dp-sgd {model}/{data} ({len(x)}), {sampling}, T={steps}, {init} init",
+    )  # fmt: skip
+    return problem, start.report

@@ -115,11 +115,19 @@ class TrainingMechanism(AuditMechanism):
     problem: TrainingProblem
     prep: Prepared
     sample_noun: str = "runs"
+    devices: Any = None
+    progress: Any = None
 
     def sample(self, key: jax.Array, dataset: Any, n: int) -> np.ndarray:
-        """The scores of n runs on D (``dataset = [1]``) or D' (``[0]``), float64 ``[n, 1]``."""
+        """The scores of n runs on D (``dataset = [1]``) or D' (``[0]``), float64 ``[n, 1]``.
+
+        ``progress`` (if set) hears the runs of both sides as one count of 2n: D's, then D''s.
+        """
         present = float(np.asarray(dataset, np.float64).reshape(-1)[0])
-        out = training_runs(key, self.problem, n, canary=present, prep=self.prep)
+        out = training_runs(
+            key, self.problem, n, canary=present, prep=self.prep, devices=self.devices,
+            progress=_both_sides(self.progress, n, present),
+        )  # fmt: skip
         bad = int(np.sum(~out.finite))
         if bad:
             raise AuditRefusedError(
@@ -129,6 +137,20 @@ class TrainingMechanism(AuditMechanism):
                 "the data and the loss)"
             )
         return np.asarray(out.score, np.float64)[:, None]
+
+
+def _both_sides(progress, n: int, present: float):
+    """A block hook for one side that reports to ``progress`` the count of both (D first)."""
+    if progress is None:
+        return None
+    offset = 0 if present else n
+
+    def hook(p):
+        rate = p.done / max(p.seconds, 1e-9)
+        later = n / rate if present and rate > 0 else 0.0  # D' still to come
+        progress(p._replace(done=p.done + offset, total=2 * n, eta=p.eta + later))
+
+    return hook
 
 
 def default_claim(problem: TrainingProblem, delta: float = 1e-5) -> str:
@@ -203,7 +225,7 @@ _RELATED: dict[tuple, tuple[tuple, TrainingProblem]] = {}
 
 def audit_training(
     key: jax.Array, problem: TrainingProblem, claim: str | None = None, *, delta: float = 1e-5,
-    config: Any = None,
+    config: Any = None, devices=None, progress=None,
 ) -> Any:  # fmt: skip
     """Audits a DP training's claim from ``config.samples`` runs on D and as many on D'.
 
@@ -214,6 +236,9 @@ def audit_training(
       delta: The default claim's delta.
       config: An :class:`~cbdp_jax.audit.AuditConfig` (default :func:`training_audit_config` at the
         claim's epsilon).
+      devices: The devices the runs are sharded over (default every device of every process).
+      progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` (the runs of D and D'
+        as one count) after each block of runs, about a second apart.
 
     Returns:
       The :class:`~cbdp_jax.audit.AuditResult` of :func:`cbdp_jax.audit.audit` on the pair
@@ -243,6 +268,8 @@ def audit_training(
         runs = remembered(_RELATED, (problem,), relation, build, keep=4)
     # one problem's mechanism (and compiled program) kept: audits of it with other keys reuse it
     mech = remembered(_MECHANISMS, (runs,), None, lambda: training_mechanism(runs), keep=1)
+    if devices is not None or progress is not None:
+        mech = dataclasses.replace(mech, devices=devices, progress=progress)
     config = training_audit_config(parsed.epsilon) if config is None else config
     result = audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)
     return dataclasses.replace(result, relation=relation, blind_spots=mech.prep.blind_spots)

@@ -37,6 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.batch_sampling import BatchSampler
 from cbdp_jax._src.ghost_clipping import ghost_update
+from cbdp_jax._src.sharded_runs import sharded_runs
 from cbdp_jax._src.training_problem import TrainingProblem, check_labels, cross_entropy
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -398,15 +399,27 @@ def many_runs(problem: TrainingProblem, run, key: jax.Array, present, n: int) ->
 
 def training_runs(
     key: jax.Array, problem: TrainingProblem, n: int, *, canary: bool | float = True,
-    prep: Prepared | None = None,
+    prep: Prepared | None = None, devices=None, progress=None,
 ) -> RunOutput:  # fmt: skip
-    """N independent trainings on D (``canary=True``) or D', in one jit-compiled program.
+    """N independent trainings on D (``canary=True``) or D', over every device, in short calls.
 
-    D and D' share the program (the side is an argument), except for a step built per data set
-    whose sizes differ, which compiles one program per side.
+    Run i has key i of ``jax.random.split(key, n)``, whatever the devices and processes
+    (:func:`~cbdp_jax._src.sharded_runs.sharded_runs`: blocks of about a second each, sharded over
+    ``devices``, default ``jax.devices()``; at most ``problem.chunk`` runs per device per call).
+    D and D' share the compiled programs (the side is an argument), except for a step built per
+    data set whose sizes differ, which compiles its own per side.
+
+    Args:
+      key: A typed PRNG key.
+      problem: The :class:`TrainingProblem`.
+      n: The number of runs.
+      canary: True (or 1.0) for D, False (0.0) for D'.
+      prep: :func:`prepare`'s result (computed if None).
+      devices: The devices to shard the runs over (default every device of every process).
+      progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` after each block.
 
     Returns:
-      :class:`RunOutput` with a leading axis of n (numpy arrays).
+      :class:`RunOutput` with a leading axis of n (numpy arrays), the same in every process.
 
     """
     check_key(key)
@@ -414,14 +427,16 @@ def training_runs(
     prep = prepare(problem) if prep is None else prep
     side = float(canary) if problem.step_per_data_set else None
 
-    def compile_program():
-        run = make_run(problem, prep, side=side)
-        return jax.jit(lambda k, present: many_runs(problem, run, k, present, n))
+    def build():
+        return make_run(problem, prep, side=side), {}
 
-    # the last few programs kept: D and D' (and other keys) reuse them
-    program = remembered(_PROGRAMS, (problem, prep), (n, side), compile_program, keep=4)
-    out = program(key, jnp.float32(canary))
-    return RunOutput(*(np.asarray(a) for a in out))
+    # the last few run functions and their compiled programs kept: D and D' (and other keys) reuse them
+    run, programs = remembered(_PROGRAMS, (problem, prep), side, build, keep=4)
+    out = sharded_runs(
+        run, key, n, np.float32(canary), devices=devices, max_chunk=problem.chunk,
+        progress=progress, programs=programs,
+    )  # fmt: skip
+    return RunOutput(*out)
 
 
 def remembered(store: dict, owners: tuple, extra: Any, build, *, keep: int) -> Any:

@@ -286,6 +286,7 @@ class RunOutput(NamedTuple):
       overflow: Poisson batch members dropped beyond the physical batch ``[]`` (0 in practice).
       finite: Whether the final parameters, the updates along the canary and the score are all
         finite ``[]`` bool (an audit refuses runs that are not).
+      extra: What ``make_run``'s ``observe`` returned (empty without it).
 
     """
 
@@ -293,19 +294,22 @@ class RunOutput(NamedTuple):
     z: jax.Array
     overflow: jax.Array
     finite: jax.Array
+    extra: Any = ()
 
 
 def _sizes(problem: TrainingProblem) -> tuple[int, int]:
     return problem.examples, problem.neighbour_examples
 
 
-def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = None):
+def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = None, observe=None):
     """The pure function ``run(key, present) -> RunOutput`` of one training (jit / vmap ready).
 
     ``present`` is 1.0 on D (canary in) and 0.0 on D' (the relation's neighbour). The key is split
     into the batches' key and the step's noise key; the step's state is re-keyed with the latter.
     A step built per data set whose D and D' sizes differ needs the side fixed: ``side`` (1.0 or
-    0.0), and ``present`` is then ignored.
+    0.0), and ``present`` is then ignored. ``observe(final_params, z)`` (z: every step's update
+    along the canary's direction over the unit, ``[T]``, whatever the threat) adds what it returns
+    to the output's ``extra`` (e.g. what other adversaries of the same runs see).
     """
     sampler, slots, steps = problem.sampler, prep.x.shape[0], problem.steps
     threat, q = problem.threat, problem.sampling_rate
@@ -346,6 +350,7 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
 
         carry0 = (prep.params, state, jnp.zeros((), jnp.int32))
         (final, _, over), z = jax.lax.scan(body, carry0, jnp.arange(steps))
+        z_all = z
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(final)]))
         if threat == "gradient":
             score = _llr(sampler, size_d, q, z, s2, prep.neighbour_mean) if llr else jnp.sum(z)
@@ -358,7 +363,8 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
             )
             z = jnp.zeros_like(z)
         finite = finite & jnp.all(jnp.isfinite(z)) & jnp.isfinite(score)
-        return RunOutput(score, z, over, finite)
+        extra = () if observe is None else observe(final, z_all)
+        return RunOutput(score, z, over, finite, extra)
 
     return run
 

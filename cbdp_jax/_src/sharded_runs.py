@@ -244,7 +244,7 @@ def sharded_runs(
             collect(pending)
             pending = None
         collect(item)
-        if timed and start < n:
+        if timed and n - start > 2 * c * ndev:  # resize (one more compilation) only when it pays
             grow = target_seconds / max(time.perf_counter() - t_call, 1e-6)
             new = int(min(max_chunk, max(1.0, c * grow)))
             new = 1 << (new.bit_length() - 1)  # a power of two: few programs

@@ -55,8 +55,9 @@ class Prepared(NamedTuple):
       y: The slots' labels.
       slot: The canary's slot (``slots - 1``).
       canary_grad: D's slot gradient for a gradient canary, else None (computed from x, y).
-      neighbour_grad: D''s slot gradient when fixed (zeros under zero-out and add-remove, the
-        opposite canary under replace-one), else None (computed from ``x_out``, ``y_out``).
+      neighbour_grad: D''s slot gradient under replace-one when it is the opposite gradient canary,
+        else None (zero-out weighs the slot by 0 on D'; add-remove leaves it out of every batch;
+        replace-one with an example computes it from ``x_out``, ``y_out``).
       x_out: D''s slot features under replace-one with a data example, else None.
       y_out: Its label.
       direction: The canary's unit direction in parameter space.
@@ -203,10 +204,8 @@ def prepare(problem: TrainingProblem) -> Prepared:
         if not norm > 0:
             raise InvalidParameterError("canary is invalid: its gradient at initialisation is zero")
         direction, canary_grad, coord, exact = unravel(-gflat / norm), None, -1, False
-    neighbour_grad, mean = None, 0.0
-    if relation != "replace-one":
-        neighbour_grad = jax.tree.map(jnp.zeros_like, params)
-    elif x_out is None:  # a gradient canary replacing its opposite: the replace-one worst case
+    neighbour_grad, mean = None, 0.0  # zero-out weighs the slot by 0, add-remove leaves it out
+    if relation == "replace-one" and x_out is None:  # a gradient canary replacing its opposite
         neighbour_grad, mean = jax.tree.map(jnp.negative, canary_grad), -1.0
     tx = problem.step_for(problem.examples)
     check_step(problem, tx, params)
@@ -272,6 +271,8 @@ def batch_grads(prep: Prepared, params, idx, valid, present):
     g = _override(g, is_slot & on_d, prep.canary_grad)
     g = _override(g, is_slot & ~on_d, prep.neighbour_grad)
     w = valid.astype(jnp.float32)
+    if prep.relation == "zero-out":  # D''s slot stays in the batch with a zero gradient
+        w = w * jnp.where(is_slot & ~on_d, 0.0, 1.0)
     return jax.tree.map(lambda gi: gi * w.reshape((-1,) + (1,) * (gi.ndim - 1)).astype(gi.dtype), g)
 
 

@@ -205,7 +205,7 @@ def parse_architecture(name: str, claim: str = "") -> tuple[str, str, bool]:
         )
     family, width, depth, degree = m.groups()
     if width is None and degree is None:
-        return family, DEFAULT_ARCHITECTURES[family], True
+        return family, DEFAULT_ARCHITECTURES[family], family != "linear"
     fits = (family in ("mlp", "bounded-mlp") and width is not None) or (
         family == "poly" and degree is not None
     )

@@ -240,8 +240,9 @@ class DatasetSpace:
       low: The smallest entry.
       high: The largest entry.
       integer: Entries are integers.
-      relation: ``'replace-one'`` (one record differs), ``'zero-out'`` (one record replaced by zeros:
-        add / remove) or ``'linf'`` (query-answer vectors: every entry moves by at most ``radius``).
+      relation: ``'replace-one'`` (one record differs), ``'zero-out'`` (one record replaced by zeros,
+        dp_accounting's ``REPLACE_SPECIAL``) or ``'linf'`` (query-answer vectors: every entry moves
+        by at most ``radius``).
       radius: The l-infinity radius for ``'linf'``.
 
     """

@@ -205,7 +205,7 @@ def parse_architecture(name: str, claim: str = "") -> tuple[str, str, bool]:
         )
     family, width, depth, degree = m.groups()
     if width is None and degree is None:
-        return family, DEFAULT_ARCHITECTURES[family], True
+        return family, DEFAULT_ARCHITECTURES[family], family != "linear"
     fits = (family in ("mlp", "bounded-mlp") and width is not None) or (
         family == "poly" and degree is not None
     )
@@ -240,8 +240,9 @@ class DatasetSpace:
       low: The smallest entry.
       high: The largest entry.
       integer: Entries are integers.
-      relation: ``'replace-one'`` (one record differs), ``'zero-out'`` (one record replaced by zeros:
-        add / remove) or ``'linf'`` (query-answer vectors: every entry moves by at most ``radius``).
+      relation: ``'replace-one'`` (one record differs), ``'zero-out'`` (one record replaced by zeros,
+        dp_accounting's ``REPLACE_SPECIAL``) or ``'linf'`` (query-answer vectors: every entry moves
+        by at most ``radius``).
       radius: The l-infinity radius for ``'linf'``.
 
     """

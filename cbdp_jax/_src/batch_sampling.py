@@ -173,18 +173,22 @@ class BatchSampler:
         idx = jax.lax.dynamic_slice(order, ((t % per_epoch) * cap,), (cap,))
         return idx, jnp.ones(cap, bool), jnp.zeros((), jnp.int32)
 
-    def masks(self, key: jax.Array, n: int, steps: int) -> jax.Array:
-        """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``batch``)."""
-        self.check_size(n)
-        return _masks(self, key, n, steps)
+    def masks(self, key: jax.Array, n: int, steps: int, size: int | None = None) -> jax.Array:
+        """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``batch``).
+
+        ``size`` (default n): only slots ``0 .. size - 1`` hold an example.
+        """
+        size = n if size is None else int(size)
+        self.check_size(size, what=f"the {size} examples present")
+        return _masks(self, key, n, steps, size)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 3))
-def _masks(sampler: BatchSampler, key: jax.Array, n: int, steps: int) -> jax.Array:
-    plan = sampler.plan(key, n, steps)
+@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))
+def _masks(sampler: BatchSampler, key: jax.Array, n: int, steps: int, size: int) -> jax.Array:
+    plan = sampler.plan(key, n, steps, min_size=size)
 
     def one(t):
-        idx, valid, _ = sampler.batch(plan, t, n)
+        idx, valid, _ = sampler.batch(plan, t, n, size)
         return jnp.zeros(n, bool).at[idx].max(valid)
 
     return jax.vmap(one)(jnp.arange(steps))

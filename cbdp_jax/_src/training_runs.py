@@ -57,8 +57,9 @@ class Prepared(NamedTuple):
       y: The slots' labels.
       slot: The canary's slot (``slots - 1``).
       canary_grad: D's slot gradient for a gradient canary, else None (computed from x, y).
-      neighbour_grad: D''s slot gradient when fixed (zeros under zero-out and add-remove, the
-        opposite canary under replace-one), else None (computed from ``x_out``, ``y_out``).
+      neighbour_grad: D''s slot gradient under replace-one when it is the opposite gradient canary,
+        else None (zero-out weighs the slot by 0 on D'; add-remove leaves it out of every batch;
+        replace-one with an example computes it from ``x_out``, ``y_out``).
       x_out: D''s slot features under replace-one with a data example, else None.
       y_out: Its label.
       direction: The canary's unit direction in parameter space.
@@ -178,6 +179,26 @@ def _slots(problem: TrainingProblem, x, y):
     return jnp.concatenate([x, cx]), jnp.concatenate([y, cy]), x_out, y_out
 
 
+def _canary(problem: TrainingProblem, loss, graphdef, params, x, y, xs, ys):
+    """The canary's unit direction, its gradient (gradient canary), coordinate and exactness."""
+    flat, unravel = ravel_pytree(params)
+    c = problem.canary
+    if c.kind == "input":
+        g0 = jax.grad(example_loss, argnums=2)(loss, graphdef, params, xs[-1], ys[-1])
+        gflat = ravel_pytree(g0)[0]
+        norm = float(jnp.linalg.norm(gflat))
+        if not norm > 0:
+            raise InvalidParameterError("canary is invalid: its gradient at initialisation is zero")
+        return unravel(-gflat / norm), None, -1, False
+    if c.coordinate is None:
+        coord, exact = _dead_coordinate(loss, graphdef, params, x, y)
+    else:
+        coord = int(check_in_range("canary coordinate", c.coordinate, 0, flat.size - 1))
+        exact = False
+    direction = unravel(jnp.zeros_like(flat).at[coord].set(1.0))
+    return direction, jax.tree.map(lambda d: problem.canary_norm() * d, direction), coord, exact
+
+
 def prepare(problem: TrainingProblem) -> Prepared:
     """Splits the model, lays out the slots, fixes the canary's records, direction and unit, probes the step."""
     from cbdp_jax._src.training_probes import blind_spots, check_step
@@ -188,30 +209,13 @@ def prepare(problem: TrainingProblem) -> Prepared:
     xs, ys, x_out, y_out = _slots(problem, x, y)
     slot = xs.shape[0] - 1
     relation = problem.audited_relation
-    flat, unravel = ravel_pytree(params)
-    c = problem.canary
-    if c.kind == "gradient":
-        if c.coordinate is None:
-            coord, exact = _dead_coordinate(loss, graphdef, params, x, y)
-        else:
-            coord = int(check_in_range("canary coordinate", c.coordinate, 0, flat.size - 1))
-            exact = False
-        direction = unravel(jnp.zeros_like(flat).at[coord].set(1.0))
-        canary_grad = jax.tree.map(lambda d: problem.canary_norm() * d, direction)
-    else:
-        g0 = jax.grad(example_loss, argnums=2)(loss, graphdef, params, xs[slot], ys[slot])
-        gflat = ravel_pytree(g0)[0]
-        norm = float(jnp.linalg.norm(gflat))
-        if not norm > 0:
-            raise InvalidParameterError("canary is invalid: its gradient at initialisation is zero")
-        direction, canary_grad, coord, exact = unravel(-gflat / norm), None, -1, False
-    neighbour_grad, mean = None, 0.0
-    if relation != "replace-one":
-        neighbour_grad = jax.tree.map(jnp.zeros_like, params)
-    elif x_out is None:  # a gradient canary replacing its opposite: the replace-one worst case
+    direction, canary_grad, coord, exact = _canary(problem, loss, graphdef, params, x, y, xs, ys)
+    neighbour_grad, mean = None, 0.0  # zero-out weighs the slot by 0, add-remove leaves it out
+    if relation == "replace-one" and x_out is None:  # a gradient canary replacing its opposite
         neighbour_grad, mean = jax.tree.map(jnp.negative, canary_grad), -1.0
     tx = problem.step_for(problem.examples)
     check_step(problem, tx, params)
+    c = problem.canary
     prep = Prepared(
         graphdef, params, xs, ys, slot, canary_grad, direction, 1.0, coord, exact,
         neighbour_grad, x_out, y_out, relation, mean, (), loss,
@@ -274,6 +278,8 @@ def batch_grads(prep: Prepared, params, idx, valid, present):
     g = _override(g, is_slot & on_d, prep.canary_grad)
     g = _override(g, is_slot & ~on_d, prep.neighbour_grad)
     w = valid.astype(jnp.float32)
+    if prep.relation == "zero-out":  # D''s slot stays in the batch with a zero gradient
+        w = w * jnp.where(is_slot & ~on_d, 0.0, 1.0)
     return jax.tree.map(lambda gi: gi * w.reshape((-1,) + (1,) * (gi.ndim - 1)).astype(gi.dtype), g)
 
 
@@ -331,8 +337,8 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
         fast = ghost[float(side)] if side is not None else ghost[1.0]
         k_batch, k_noise = jax.random.split(key)
         state = rekey(tx.init(prep.params), k_noise)
-        if size_out == size_d:
-            size = size_d
+        if size_out == size_d or side is not None:  # a static size: the sampler's fast path
+            size = size_d if side is None or side > 0 else size_out
         else:
             size = size_out + (present > 0).astype(jnp.int32)
         plan = sampler.plan(k_batch, slots, steps, min_size=min(size_d, size_out))
@@ -352,19 +358,20 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
         (final, _, over), z = jax.lax.scan(body, carry0, jnp.arange(steps))
         z_all = z
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(final)]))
-        if threat == "gradient":
-            score = _llr(sampler, size_d, q, z, s2, prep.neighbour_mean) if llr else jnp.sum(z)
-        elif threat == "white-box":
-            score = tree_dot(jax.tree.map(jnp.subtract, final, prep.params), prep.direction)
-            z = jnp.zeros_like(z)
-        else:
-            score = -example_loss(
-                prep.loss, prep.graphdef, final, prep.x[prep.slot], prep.y[prep.slot]
-            )
-            z = jnp.zeros_like(z)
+        score, z = score_of(final, z)
         finite = finite & jnp.all(jnp.isfinite(z)) & jnp.isfinite(score)
         extra = () if observe is None else observe(final, z_all)
         return RunOutput(score, z, over, finite, extra)
+
+    def score_of(final, z):
+        if threat == "gradient":
+            return (_llr(sampler, size_d, q, z, s2, prep.neighbour_mean) if llr else jnp.sum(z)), z
+        if threat == "white-box":
+            score = tree_dot(jax.tree.map(jnp.subtract, final, prep.params), prep.direction)
+        else:
+            x, y = prep.x[prep.slot], prep.y[prep.slot]
+            score = -example_loss(prep.loss, prep.graphdef, final, x, y)
+        return score, jnp.zeros_like(z)
 
     return run
 

@@ -255,8 +255,9 @@ def ghost_update(prep, tx, default_loss: bool) -> Callable | None:
     SummedForm`, the library's ``dp_sgd``), the loss is the default cross-entropy and the model has
     a :func:`ghost_plan`. The batch is the one the engine's per-example path builds
     (``training_runs.batch_grads``): the slots' examples, D''s replaced example in the canary's slot
-    under replace-one, and a fixed gradient (the gradient canary on D, its neighbour's on D') in
-    that slot instead of the loss's, each clipped like any example's.
+    under replace-one, a zero gradient in D''s slot under zero-out, and a fixed gradient (the
+    gradient canary on D, its neighbour's on D') in that slot instead of the loss's, each clipped
+    like any example's.
     """
     form = getattr(tx.update, "summed_form", None)
     if form is None or not default_loss:
@@ -285,6 +286,8 @@ def ghost_update(prep, tx, default_loss: bool) -> Callable | None:
             here.append(is_slot & ~on_d)
         for h in here:  # a fixed gradient replaces the loss's in the slot
             w = jnp.where(h, 0.0, w)
+        if prep.relation == "zero-out":  # D''s slot stays in the batch with a zero gradient
+            w = jnp.where(is_slot & ~on_d, 0.0, w)
         summed, _ = clipped_sum(plan, prep.graphdef, params, x, y, w, form.clip, _ce)
         for g, f, h in zip(fixed, factors, here, strict=True):
             c = jnp.sum(h & valid).astype(jnp.float32) * f

@@ -194,9 +194,9 @@ def fit(model, x, y, *, steps: int = 2000, learning_rate: float = 1e-2) -> nnx.M
 def rescale(model, a: float) -> nnx.Module:
     """Every layer's kernel times a, its bias times a^l (l = 1, 2, ... in call order), in place."""
     for depth, layer in enumerate(_layers(model), start=1):
-        layer.kernel.value = layer.kernel.value * a
+        layer.kernel.set_value(layer.kernel[...] * a)
         if getattr(layer, "bias", None) is not None:
-            layer.bias.value = layer.bias.value * a**depth
+            layer.bias.set_value(layer.bias[...] * a**depth)
     return model
 
 

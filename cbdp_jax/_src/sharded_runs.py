@@ -127,6 +127,33 @@ def _mesh(devices) -> tuple[tuple[Any, ...], NamedSharding, NamedSharding]:
     )
 
 
+_BARRIERS = [0]
+BARRIER_MINUTES = 30
+
+
+def _barrier() -> None:
+    """Waits until every process gets here (the coordination service's barrier, 30 minutes).
+
+    Before each collective: gloo sets up a collective's context with a fixed 30 s timeout, which
+    a process still compiling a program on a loaded machine can miss (measured: two processes on 2
+    shared cores at load 15 died so). The barrier holds the first process until the others have
+    compiled and dispatched theirs. Outside a multi-process job, or without the coordination
+    client, it does nothing.
+    """
+    if jax.process_count() == 1:
+        return
+    try:
+        from jax._src import distributed
+
+        client = distributed.global_state.client
+    except ImportError:  # pragma: no cover - another JAX layout: gloo's own timeout then
+        return
+    if client is None:
+        return
+    _BARRIERS[0] += 1
+    client.wait_at_barrier(f"cbdp-sharded-runs-{_BARRIERS[0]}", BARRIER_MINUTES * 60_000)
+
+
 def _to_host(tree) -> Any:
     """Outputs as numpy on every process (gathered when they span several)."""
 
@@ -135,6 +162,7 @@ def _to_host(tree) -> Any:
             return np.asarray(x)
         from jax.experimental import multihost_utils
 
+        _barrier()
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
     return jax.tree.map(one, tree)
@@ -146,6 +174,7 @@ def _agree(value: int) -> int:
         return value
     from jax.experimental import multihost_utils
 
+    _barrier()
     return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 
@@ -186,8 +215,9 @@ def sharded_runs(
       max_chunk: The most runs per device per call (the memory bound).
       target_seconds: The duration of one call when ``chunk`` is None.
       progress: Called with a :class:`Progress` after every block.
-      programs: A dict that keeps compiled programs across calls (keyed by block size); default a
-        fresh one.
+      programs: A dict that keeps compiled programs across calls (keyed by block size) and the
+        block size chosen by the first call that sized one (later calls start from it, without
+        timing or compiling again); default a fresh one.
 
     Returns:
       The outputs as numpy arrays with a leading axis of n, the same in every process.
@@ -201,8 +231,11 @@ def sharded_runs(
     programs = {} if programs is None else programs
     impl = _impl_name(key)
     args = tuple(_global(np.asarray(a), replicated) for a in args)
-    fixed = chunk is not None
-    c = min(check_int_at_least("chunk", chunk, 1), max_chunk) if fixed else min(8, max_chunk)
+    fixed = chunk is not None or "chunk" in programs  # a size chosen before is kept: no recompiling
+    if chunk is not None:
+        c = min(check_int_at_least("chunk", chunk, 1), max_chunk)
+    else:
+        c = programs.get("chunk", min(8, max_chunk))
     c = min(c, -(-n // ndev))
     keys = _Keys(key, n, n + max_chunk * ndev)
     t0 = time.perf_counter()
@@ -248,7 +281,7 @@ def sharded_runs(
             grow = target_seconds / max(time.perf_counter() - t_call, 1e-6)
             new = int(min(max_chunk, max(1.0, c * grow)))
             new = 1 << (new.bit_length() - 1)  # a power of two: few programs
-            c = _agree(min(new, -(-(n - start) // ndev)))
+            c = programs["chunk"] = _agree(new)
         state["steady"] = (state["done"], time.perf_counter() - t0)
     if pending is not None:
         collect(pending)

@@ -126,3 +126,14 @@ def test_training_runs_in_two_processes_equal_one_process(tmp_path):
     )  # fmt: skip
     assert "devices 2 processes 2" in (tmp_path / "logs" / "process-0.log").read_text()
     np.testing.assert_allclose(np.load(out), _one_device_scores(), rtol=1e-6, atol=1e-6)
+
+
+def test_audit_training_reports_the_runs_of_both_sides_to_a_progress_hook():
+    problem = ta.build_problem(**SMALL)
+    seen = []
+    config = ta.training_audit_config(2.0, samples=200)
+    ta.audit_training(jax.random.key(0), problem, config=config, progress=seen.append)
+    done = [p.done for p in seen]
+    assert done == sorted(done) and done[-1] == 400 and all(p.total == 400 for p in seen)
+    assert any(p.done == 200 for p in seen)  # D's 200 runs, then D''s
+    assert all(p.eta >= 0 for p in seen) and seen[-1].eta == 0

@@ -50,7 +50,7 @@ class Progress(NamedTuple):
       done: Runs finished so far.
       total: Runs asked for.
       seconds: Wall time since the first call, compilation included.
-      eta: Seconds still to go, at the rate of the blocks after the first (inf until known).
+      eta: Seconds still to go, at the rate of the blocks since the last compilation (0 at the end).
 
     """
 
@@ -257,8 +257,9 @@ def sharded_runs(
         state["done"] += keep
         if progress is not None:
             done, elapsed, steady = state["done"], time.perf_counter() - t0, state["steady"]
-            rate = None if steady is None else (done - steady[0]) / max(elapsed - steady[1], 1e-9)
-            eta = (n - done) / rate if rate else math.inf
+            since = steady if steady is not None and done > steady[0] else (0, 0.0)
+            rate = (done - since[0]) / max(elapsed - since[1], 1e-9)
+            eta = 0.0 if done >= n else (n - done) / rate if rate > 0 else math.inf
             progress(Progress(done, n, elapsed, eta))
 
     start, calls, pending = 0, 0, None

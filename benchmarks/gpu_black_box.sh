@@ -24,17 +24,17 @@ left() { echo $(( 290 - ($(date +%s) - T0) )); }
 group() {  # group NAME TIMEOUT ARGS...: one invocation, skipped when too little time is left
   local name=$1 limit=$2; shift 2
   local budget; budget=$(left)
-  if [ "$budget" -lt 40 ]; then log "$name skipped ($budget s left)"; return; fi
+  if [ "$budget" -lt 80 ]; then log "$name skipped ($budget s left)"; return; fi
   [ "$limit" -gt "$budget" ] && limit=$budget
   timeout "$limit" python3 benchmarks/black_box.py --device "${DEVICE:-gpu}" --examples "${EXAMPLES:-1797}" \
-    --runs "${RUNS:-100000}" --chunk 16384 --budget $(( limit - 45 )) --out "$R/black-box-gpu.json" "$@" \
+    --runs "${RUNS:-100000}" --chunk 16384 --budget $(( limit - 70 )) --out "$R/black-box-gpu.json" "$@" \
     > "$R/logs/$name.log" 2>&1
   log "$name rc $? ($(left) s left)"
 }
 # 1. the target: eps 10, full batch, T = 100, worst-case against today's default (average case)
-group full-10 150 --epsilons 10 --samplings full --cases worst-case:crafted,average-case:default
+group full-10 170 --epsilons 10 --samplings full --cases worst-case:crafted,average-case:default
 # 2. the Poisson-sampled setting at eps 10
-group poisson-10 90 --epsilons 10 --samplings poisson:0.1 --cases worst-case:crafted,average-case:default
+group poisson-10 110 --epsilons 10 --samplings poisson:0.1 --cases worst-case:crafted,average-case:default
 # 3. the other theoretical eps, worst case first
 group full-rest 120 --epsilons 4,2,1 --samplings full --cases worst-case:crafted,average-case:default
 log done

@@ -14,7 +14,8 @@ What it adds to one ``jit(vmap(run))``:
   process (``multihost_utils.process_allgather``). Every process must make the same call.
 * **Short calls.** The block is sized so that one call takes about ``target_seconds`` (timed on the
   second call, the first compiles; the size is process 0's, broadcast, so every process runs the
-  same program), up to ``max_chunk`` runs per device (the memory bound). The host loops over the
+  same program), up to ``max_chunk`` runs per device (the memory bound). CPUs start from 8 runs per
+  device; accelerators from ``max_chunk``, shrunk only when a call takes longer than the target. The host loops over the
   blocks, one call in flight while the previous one's outputs come back, so Ctrl-C
   (``KeyboardInterrupt``) lands within about two calls, and ``progress`` hears after every block.
 
@@ -234,8 +235,9 @@ def sharded_runs(
     fixed = chunk is not None or "chunk" in programs  # a size chosen before is kept: no recompiling
     if chunk is not None:
         c = min(check_int_at_least("chunk", chunk, 1), max_chunk)
-    else:
-        c = programs.get("chunk", min(8, max_chunk))
+    else:  # CPU: probe with 8 runs; an accelerator: start at the memory bound (calls are short)
+        first = min(8, max_chunk) if devices[0].platform == "cpu" else max_chunk
+        c = programs.get("chunk", first)
     c = min(c, -(-n // ndev))
     keys = _Keys(key, n, n + max_chunk * ndev)
     t0 = time.perf_counter()

@@ -118,6 +118,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     _common.setup_device(args.device)
+    jax.config.update("jax_default_matmul_precision", "highest")  # as black_box.py: no TF32
     if args.quick:
         args.runs, args.examples = min(args.runs, 1000), min(args.examples, 300)
     results = [one(name, args) for name in args.settings.split(",")]

@@ -10,10 +10,19 @@ eps at delta = 1e-5, the violation's point, and what the audit names as not seen
 shows).
 
     python benchmarks/training_bugs.py --device cpu --out benchmarks/measured/training-bugs/summary.json
+
+or in shards run side by side, then merged (the rows in the order of ``BUGS`` and ``THREATS``):
+
+    python benchmarks/training_bugs.py --bugs none no-clip mean-over-batch --out /tmp/a.json &
+    python benchmarks/training_bugs.py --bugs noise-after-averaging noise-on-subset \
+        mean-over-dataset --out /tmp/b.json; wait
+    python benchmarks/training_bugs.py --merge /tmp/a.json /tmp/b.json \
+        --out benchmarks/measured/training-bugs/summary.json
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -64,7 +73,14 @@ def main() -> None:
     ap.add_argument("--bugs", nargs="*", default=list(BUGS))
     ap.add_argument("--threats", nargs="*", default=list(THREATS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--merge", nargs="*", default=None, help="shard outputs to merge into --out")
     args = ap.parse_args()
+    if args.merge:
+        rows = [r for f in args.merge for r in json.loads(Path(f).read_text())["rows"]]
+        order = {(b, t): i for i, (b, t) in enumerate((b, t) for b in BUGS for t in THREATS)}
+        rows.sort(key=lambda r: order[(r["bug"], r["threat"])])
+        write(args.out, "training_bugs", args, {"rows": rows, "shards": args.merge})
+        return
     setup_device(args.device)
     rows = []
     for bug in args.bugs:

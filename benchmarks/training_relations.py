@@ -209,6 +209,22 @@ def _check_against_the_accountant(noise: float, rate: float, steps: int) -> dict
     return {"this_code": got, "dp_accounting": want}
 
 
+def exact_score(law: dict):
+    """The exact log-likelihood ratio of the T released coordinates, sum_t log p_D(z_t) / p_D'(z_t).
+
+    For the cases whose lone-canary unit is C / 1 (a division by a count: the released z is the
+    noisy mean in units of C), as a JAX function of z [T] for ``TrainingProblem(score=...)``.
+    """
+    d, d2 = _laws(law)
+
+    def log_density(comps, z):
+        w, m, sd = (jnp.asarray([c[i] for c in comps], jnp.float32) for i in range(3))
+        terms = jnp.log(w) - 0.5 * ((z[:, None] - m) / sd) ** 2 - jnp.log(sd)
+        return jax.nn.logsumexp(terms, axis=1)
+
+    return lambda z: jnp.sum(log_density(d, z) - log_density(d2, z))
+
+
 # --- the audits ------------------------------------------------------------------------------------
 
 
@@ -261,6 +277,15 @@ def _cases() -> dict:
             lambda: worst_case_problem(**full, bug="mean-over-dataset"),
             full_law("add-remove"),
         ),
+    } | {
+        f"mean-over-batch, {rel}, b={b}, exact score": (
+            lambda rel=rel, b=b: dataclasses.replace(
+                worst_case_problem(**w, batch_size=b, bug="mean-over-batch", relation=rel),
+                score=exact_score(law(b, rel, "slots")),
+            ),
+            law(b, rel, "slots"),
+        )
+        for rel, b in (("add-remove", 8), ("zero-out", 8), ("zero-out", 16))
     }
 
 

@@ -116,6 +116,14 @@ def test_gradient_canary_scores_have_the_subsampled_gaussian_law(small):
     assert stats.kstest(z_in, lambda v: wrong(v / 1.1)).pvalue < 1e-3
 
 
+def test_a_custom_score_is_a_function_of_the_canary_coordinates(small):
+    problem, prep = small
+    custom = dataclasses.replace(problem, score=lambda z: jnp.sum(z**2))
+    out = ta.training_runs(jax.random.key(3), custom, 50, prep=prep)
+    np.testing.assert_allclose(out.score, (out.z**2).sum(1), rtol=1e-5)
+    assert custom.score_kind() == "custom"
+
+
 @pytest.mark.parametrize("threat", ["white-box", pytest.param("black-box", marks=pytest.mark.slow)])
 def test_input_canary_scores_are_larger_when_the_canary_was_trained_on(threat):
     # The final parameters' move along the canary's negative gradient (white-box) and minus its final

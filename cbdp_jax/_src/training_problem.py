@@ -105,7 +105,9 @@ class TrainingProblem:
         claim's accountant (add-remove, dp_accounting's default, when the claim names none).
       loss_fn: ``loss_fn(model, x, y)`` on a batch of one example (``x [1, d]``, ``y [1, ...]``),
         returning a scalar; None is :func:`cross_entropy` with integer labels.
-      score: ``'llr'`` or ``'sum'`` for the gradient threat (``'auto'``: llr when S is known).
+      score: ``'llr'`` or ``'sum'`` for the gradient threat (``'auto'``: llr when S is known), or a
+        function ``score(z)`` of the canary coordinates ``z [T]`` returning a scalar, traceable by
+        JAX (e.g. the exact log-likelihood ratio of a data set whose gradients are known).
       chunk: Runs vmapped at once inside the program (memory bound).
       name: The mechanism's name in the audit's messages.
 
@@ -122,7 +124,7 @@ class TrainingProblem:
     l2_norm_clip: float | None = None
     relation: str | None = None
     loss_fn: Callable | None = None
-    score: str = "auto"
+    score: str | Callable = "auto"
     chunk: int = 2048
     name: str = "training"
 
@@ -132,7 +134,8 @@ class TrainingProblem:
         check_int_at_least("steps", self.steps, 1)
         check_int_at_least("chunk", self.chunk, 1)
         check_choice("threat", self.threat, THREATS)
-        check_choice("score", self.score, SCORES)
+        if not callable(self.score):
+            check_choice("score", self.score, SCORES)
         if self.relation is not None:
             check_choice("relation", self.relation, RELATIONS)
         for name in ("noise_multiplier", "l2_norm_clip"):
@@ -233,7 +236,9 @@ class TrainingProblem:
         return factory and self.examples != self.neighbour_examples
 
     def score_kind(self) -> str:
-        """The gradient threat's score: ``'llr'`` or ``'sum'``."""
+        """The gradient threat's score: ``'llr'``, ``'sum'`` or ``'custom'`` (a function of z)."""
+        if callable(self.score):
+            return "custom"
         if self.score == "auto":
             return "llr" if self.noise_multiplier is not None else "sum"
         if self.score == "llr" and self.noise_multiplier is None:

@@ -319,7 +319,7 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
     """
     sampler, slots, steps = problem.sampler, prep.x.shape[0], problem.steps
     threat, q = problem.threat, problem.sampling_rate
-    llr = threat == "gradient" and problem.score_kind() == "llr"
+    kind = problem.score_kind() if threat == "gradient" else None
     s2 = (problem.noise_multiplier or 1.0) ** 2
     size_d, size_out = _sizes(problem)
     if problem.step_per_data_set and side is None:
@@ -364,8 +364,10 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
         return RunOutput(score, z, over, finite, extra)
 
     def score_of(final, z):
-        if threat == "gradient":
-            return (_llr(sampler, size_d, q, z, s2, prep.neighbour_mean) if llr else jnp.sum(z)), z
+        if kind == "llr":
+            return _llr(sampler, size_d, q, z, s2, prep.neighbour_mean), z
+        if kind is not None:
+            return (problem.score(z) if kind == "custom" else jnp.sum(z)), z
         if threat == "white-box":
             score = tree_dot(jax.tree.map(jnp.subtract, final, prep.params), prep.direction)
         else:

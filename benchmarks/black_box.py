@@ -153,6 +153,29 @@ def _merge(path: Path, new: dict) -> list[dict]:
     return rows
 
 
+def markdown(rows: list[dict]) -> str:
+    """The README's table of the rows (``--markdown``)."""
+    head = (
+        "| model (examples) | init | canary | T | q | theoretical eps | claim's mu | certified mu |"
+        " rigorous eps | GDP-convention eps (ratio) | runs per side | seconds | flagged |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for r in rows:
+        rep = r.get("repeats")
+        flagged = "no" if not r["violation"] else "**yes**"
+        if rep:
+            flagged += f"; {rep['flagged']} of {rep['audits']} at {rep['runs_per_side']}"
+        mu = "-" if r["theoretical_mu"] is None else f"{r['theoretical_mu']:.3f}"
+        lines.append(
+            f"| {r['model']} ({r['examples']}) | {r['init']} | {r['canary']} | {r['steps']} | "
+            f"{r['rate']:g} | {r['theoretical_epsilon']:.3g} | {mu} | {r['empirical_mu']:.3f} | "
+            f"{r['empirical_epsilon']:.3f} | {r['empirical_epsilon_gdp']:.3f} ({r['gdp_ratio']:.3f}) | "
+            f"{r['runs_per_side']} | {r['seconds']:.0f} | {flagged} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = _common.parser(__doc__.splitlines()[0], "benchmarks/measured/black-box/summary.json")
     p.add_argument("--examples", type=int, default=1000, help="digits examples (1797: all)")
@@ -168,7 +191,13 @@ def main() -> None:
     p.add_argument("--repeat-runs", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=math.inf, help="seconds; no new row after it")
+    p.add_argument(
+        "--markdown", action="store_true", help="print --out's rows as a table, run nothing"
+    )
     args = p.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return
     _common.setup_device(args.device)
     # Full float32 matrix products: a GPU's default TF32 rounds the canary's logits (hundreds) by
     # about 1e-2, a fifth of the final loss's noise here (0.06); the privacy is the same, the

@@ -137,3 +137,54 @@ def test_audit_training_reports_the_runs_of_both_sides_to_a_progress_hook():
     assert done == sorted(done) and done[-1] == 400 and all(p.total == 400 for p in seen)
     assert any(p.done == 200 for p in seen)  # D's 200 runs, then D''s
     assert all(p.eta >= 0 for p in seen) and seen[-1].eta == 0
+
+
+_INTERRUPTED = textwrap.dedent(
+    """
+    import sys
+    import jax, jax.numpy as jnp
+    from cbdp_jax._src.sharded_runs import sharded_runs
+
+    def run(key, _):  # about 2 ms a run on a CPU core: a long job of short blocks
+        x = jax.random.normal(key, (64, 64))
+        return jax.lax.fori_loop(0, 200, lambda i, y: jnp.tanh(y @ x), x).sum()
+
+    def hook(p):
+        print("block", p.done, p.total, flush=True)
+
+    try:
+        sharded_runs(run, jax.random.key(0), 10**7, 0.0, progress=hook)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+    """
+)
+
+
+def test_ctrl_c_stops_a_long_job_within_about_two_blocks(tmp_path):
+    # Blocks are sized to about a second once compiled; one is in flight while the previous one's
+    # outputs come back, so SIGINT lands within about two blocks. 6 s leaves room for a loaded
+    # machine (the blocks are timed on it); without the blocks the 10^7 runs would take hours.
+    import signal
+    import time
+
+    script = tmp_path / "long.py"
+    script.write_text(_INTERRUPTED)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        blocks = 0
+        while blocks < 4:  # past the compilations and the sizing
+            line = proc.stdout.readline()
+            assert line, "the job ended before it was interrupted"
+            blocks += line.startswith("block")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[0]
+        waited = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in rest
+    print(f"stopped {waited:.2f} s after SIGINT")  # shown with -s
+    assert waited < 6.0, waited

@@ -201,7 +201,7 @@ def _global(x: np.ndarray, sharding) -> jax.Array:
 
 def sharded_runs(
     run: Callable, key: jax.Array, n: int, *args: Any, devices=None, chunk: int | None = None,
-    max_chunk: int = 4096, target_seconds: float = 1.0,
+    max_chunk: int = 4096, target_seconds: float = 0.5,
     progress: Callable[[Progress], None] | None = None, programs: dict | None = None,
 ) -> Any:  # fmt: skip
     """``run(key_i, *args)`` for the n keys of ``jax.random.split(key, n)``, stacked ``[n, ...]``.

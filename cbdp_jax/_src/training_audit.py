@@ -238,7 +238,7 @@ def audit_training(
         claim's epsilon).
       devices: The devices the runs are sharded over (default every device of every process).
       progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` (the runs of D and D'
-        as one count) after each block of runs, about a second apart.
+        as one count) after each block of runs, about half a second apart.
 
     Returns:
       The :class:`~cbdp_jax.audit.AuditResult` of :func:`cbdp_jax.audit.audit` on the pair

@@ -419,7 +419,7 @@ def training_runs(
     """N independent trainings on D (``canary=True``) or D', over every device, in short calls.
 
     Run i has key i of ``jax.random.split(key, n)``, whatever the devices and processes
-    (:func:`~cbdp_jax._src.sharded_runs.sharded_runs`: blocks of about a second each, sharded over
+    (:func:`~cbdp_jax._src.sharded_runs.sharded_runs`: blocks of about half a second each, sharded over
     ``devices``, default ``jax.devices()``; at most ``problem.chunk`` runs per device per call).
     D and D' share the compiled programs (the side is an argument), except for a step built per
     data set whose sizes differ, which compiles its own per side.

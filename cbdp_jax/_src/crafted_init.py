@@ -37,6 +37,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -210,24 +211,24 @@ def dead_features(x: np.ndarray) -> np.ndarray:
 def _gaps(model, x) -> tuple[np.ndarray, np.ndarray]:
     """Each example's top gap z_(1) - z_(2) and the norm of its gradient in the parameters ``[n]``.
 
-    The top gap is the example's margin when it is classified right.
+    The top gap is the example's margin when it is classified right. Blocks of 256 examples, one
+    compiled program per model graph (the rescaling loop calls this at every scale).
     """
     graphdef, params = nnx.split(model, nnx.Param)
+    xs = jnp.asarray(x, jnp.float32)
+    parts = [_gap_program(graphdef, params, xs[i : i + 256]) for i in range(0, len(xs), 256)]
+    return tuple(np.concatenate([np.asarray(p[j], np.float64) for p in parts]) for j in (0, 1))
 
+
+@functools.partial(jax.jit, static_argnums=0)
+def _gap_program(graphdef, params, xs):
     def gap(p, xi):
         z = nnx.merge(graphdef, p)(xi[None])[0]
         top = jax.lax.top_k(z, 2)[0]
         return top[0] - top[1]
 
-    both = jax.jit(
-        lambda p, xs: (
-            jax.vmap(gap, in_axes=(None, 0))(p, xs),
-            jax.vmap(optax.tree.norm)(jax.vmap(jax.grad(gap), in_axes=(None, 0))(p, xs)),
-        )
-    )
-    xs = jnp.asarray(x, jnp.float32)
-    parts = [both(params, xs[i : i + 256]) for i in range(0, len(xs), 256)]
-    return tuple(np.concatenate([np.asarray(p[j], np.float64) for p in parts]) for j in (0, 1))
+    grads = jax.vmap(jax.grad(gap), in_axes=(None, 0))(params, xs)
+    return jax.vmap(gap, in_axes=(None, 0))(params, xs), jax.vmap(optax.tree.norm)(grads)
 
 
 def _noise_share(model, training: Training) -> float:

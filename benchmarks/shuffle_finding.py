@@ -9,7 +9,8 @@ for the real training engine (a one-parameter model whose every clipped gradient
 DP-SGD step; a gradient canary of +C; one epoch of T shuffled batches of b, n + 1 = T b), and
 ``shuffle_lower_epsilon`` is their lower bound on the shuffled run's eps (the sets {max_t x_t > c},
 computed by our code). The claim audited is the run's own ``dpsgd:`` claim, accounted as Poisson at
-q = 1 / T as implementations report it. The negative control is the same data and step with Poisson
+q = 1 / T as implementations report it, under the papers' zero-out relation (dp_accounting's
+REPLACE_SPECIAL, the same number as add/remove). The negative control is the same data and step with Poisson
 batches at q = 1 / T: the claim is then true, and the audit must not refute it.
 
 For each setting: the Poisson accountant's eps at delta = 1e-5 (dp_accounting's PLD), the papers' lower
@@ -46,9 +47,12 @@ DELTA = 1e-5
 
 
 def worst_case(steps: int, noise: float, batch: int, sampler: str, epochs: int) -> TrainingProblem:
+    # the papers' pair is zero-out: under add/remove D' would have one example fewer, and a
+    # shuffled epoch one batch fewer (docs/theory/training_audit.md, section 2)
     return worst_case_problem(
-        steps=steps, noise=noise, batch_size=batch, sampler=sampler, epochs=epochs
-    )
+        steps=steps, noise=noise, batch_size=batch, sampler=sampler, epochs=epochs,
+        relation="zero-out",
+    )  # fmt: skip
 
 
 def audit_one(key, prob: TrainingProblem, runs: int) -> dict:

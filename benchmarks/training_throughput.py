@@ -59,6 +59,38 @@ def throughput(model: str, steps: int, runs: int, loop_runs: int) -> dict:
     }  # fmt: skip
 
 
+def programs(steps: int, runs: int, repeats: int = 3) -> list[dict]:
+    """D and D' in one shared program against one program per side (a step per data set).
+
+    The same problem (logistic regression on digits, add/remove) with the library's DP-SGD as one
+    step for both sides (D' is D with its last slot absent: one program) and as a factory of the
+    data set's size (``bug='mean-over-dataset'``: the sizes differ, so each side compiles its own).
+    For each: the first call of each side (compile + run) and a second call (run only), the least of
+    ``repeats`` fresh problems (the machine's load varies).
+    """
+    out = []
+    for label, bug in (("one shared program", "none"), ("a program per side", "mean-over-dataset")):
+        row = {"case": label, "steps": steps, "runs": runs, "repeats": repeats}
+        for _ in range(repeats):  # a fresh problem each time: nothing compiled is reused
+            problem = ta.build_problem(data="digits", rate=0.01, steps=steps, chunk=256, bug=bug)
+            prep = ta.prepare(problem)
+            for side in (True, False):
+                name = "D" if side else "D'"
+                t0 = time.perf_counter()
+                ta.training_runs(jax.random.key(0), problem, runs, canary=side, prep=prep)
+                first = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                ta.training_runs(jax.random.key(1), problem, runs, canary=side, prep=prep)
+                second = time.perf_counter() - t0
+                for key, value in (
+                    (f"first call {name} (s)", first),
+                    (f"second call {name} (s)", second),
+                ):
+                    row[key] = min(row.get(key, value), value)
+        out.append(row)
+    return out
+
+
 def cli_call(runs: int, steps: int) -> dict:
     cmd = [
         sys.executable, "-m", "cbdp_jax.cli", "audit-training", "--model", "logreg", "--data",
@@ -86,11 +118,17 @@ def main() -> None:
     p.add_argument("--loop-runs", type=int, default=32, help="Python-loop runs timed")
     p.add_argument("--cli-runs", type=int, default=100_000, help="runs per side of the CLI call")
     p.add_argument("--cli-steps", type=int, default=100)
+    p.add_argument("--programs", action="store_true", help="only: one shared program vs two")
     args = p.parse_args()
     _common.setup_device(args.device)
     if args.quick:
         args.runs, args.loop_runs, args.cli_runs, args.steps = 256, 8, 2000, 20
         args.cli_steps = 20
+    if args.programs:
+        rows = programs(args.steps, args.runs)
+        _common.print_table("D and D': compile and run", rows, list(rows[0]))
+        _common.write(args.out, "training_programs", args, {"programs": rows})
+        return
     rows = [throughput(m, args.steps, args.runs, args.loop_runs) for m in ("logreg", "mlp")]
     _common.print_table(
         f"training runs per second ({jax.default_backend()})", rows,

@@ -1,6 +1,7 @@
 """Auditing DP training as it is really run: many trainings in one compiled program (public API).
 
-Theory in docs/theory/training_audit.md.
+Theory in docs/theory/training_audit.md; worst-case initial parameters, the adversary-class curve,
+ghost clipping and runs over devices and hosts in docs/theory/tight_training_audits.md.
 
 Examples:
   >>> import jax
@@ -13,25 +14,48 @@ Examples:
 
 """
 
+from cbdp_jax._src.accounting import RELATIONS as RELATIONS
+from cbdp_jax._src.accounting import dpsgd_noise as dpsgd_noise
+from cbdp_jax._src.audit import BlindSpot as BlindSpot
+from cbdp_jax._src.audit_io import AuditRefusedError as AuditRefusedError
 from cbdp_jax._src.batch_sampling import SAMPLERS as SAMPLERS
 from cbdp_jax._src.batch_sampling import BatchSampler as BatchSampler
+from cbdp_jax._src.class_curve import ADVERSARIES as ADVERSARIES
+from cbdp_jax._src.class_curve import ClassCurve as ClassCurve
+from cbdp_jax._src.class_curve import CurvePoint as CurvePoint
+from cbdp_jax._src.class_curve import class_curve as class_curve
+from cbdp_jax._src.class_curve import curve_runs as curve_runs
+from cbdp_jax._src.crafted_init import INITS as INITS
+from cbdp_jax._src.crafted_init import Start as Start
+from cbdp_jax._src.crafted_init import StartReport as StartReport
+from cbdp_jax._src.crafted_init import Training as Training
+from cbdp_jax._src.crafted_init import crafted_problem as crafted_problem
+from cbdp_jax._src.crafted_init import crafted_start as crafted_start
+from cbdp_jax._src.dp_steps import BUGS as BUGS
+from cbdp_jax._src.dp_steps import DpSgdState as DpSgdState
+from cbdp_jax._src.dp_steps import dp_sgd as dp_sgd
+from cbdp_jax._src.sharded_runs import Progress as Progress
+from cbdp_jax._src.sharded_runs import sharded_runs as sharded_runs
 from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_delta as shuffle_lower_delta
 from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_epsilon as shuffle_lower_epsilon
-from cbdp_jax._src.training_audit import BUGS as BUGS
-from cbdp_jax._src.training_audit import THREATS as THREATS
-from cbdp_jax._src.training_audit import Canary as Canary
-from cbdp_jax._src.training_audit import DpSgdState as DpSgdState
-from cbdp_jax._src.training_audit import Prepared as Prepared
-from cbdp_jax._src.training_audit import RunOutput as RunOutput
-from cbdp_jax._src.training_audit import TrainingProblem as TrainingProblem
+from cbdp_jax._src.training_audit import TrainingMechanism as TrainingMechanism
 from cbdp_jax._src.training_audit import audit_training as audit_training
 from cbdp_jax._src.training_audit import default_claim as default_claim
-from cbdp_jax._src.training_audit import dp_sgd as dp_sgd
-from cbdp_jax._src.training_audit import make_run as make_run
-from cbdp_jax._src.training_audit import prepare as prepare
 from cbdp_jax._src.training_audit import training_audit_config as training_audit_config
 from cbdp_jax._src.training_audit import training_mechanism as training_mechanism
-from cbdp_jax._src.training_audit import training_runs as training_runs
+from cbdp_jax._src.training_models import CNN as CNN
+from cbdp_jax._src.training_problem import DEFAULT_CANARY_NORM as DEFAULT_CANARY_NORM
+from cbdp_jax._src.training_problem import THREATS as THREATS
+from cbdp_jax._src.training_problem import Canary as Canary
+from cbdp_jax._src.training_problem import TrainingProblem as TrainingProblem
+from cbdp_jax._src.training_problem import cross_entropy as cross_entropy
+from cbdp_jax._src.training_problem import load_problem as load_problem
+from cbdp_jax._src.training_runs import Prepared as Prepared
+from cbdp_jax._src.training_runs import RunOutput as RunOutput
+from cbdp_jax._src.training_runs import make_run as make_run
+from cbdp_jax._src.training_runs import many_runs as many_runs
+from cbdp_jax._src.training_runs import prepare as prepare
+from cbdp_jax._src.training_runs import training_runs as training_runs
 from cbdp_jax._src.training_setups import DATASETS as DATASETS
 from cbdp_jax._src.training_setups import MLP as MLP
 from cbdp_jax._src.training_setups import MODELS as MODELS
@@ -43,28 +67,51 @@ from cbdp_jax._src.training_setups import make_model as make_model
 from cbdp_jax._src.training_setups import worst_case_problem as worst_case_problem
 
 __all__ = [
+    "ADVERSARIES",
     "BUGS",
+    "CNN",
     "DATASETS",
+    "DEFAULT_CANARY_NORM",
+    "INITS",
     "MLP",
     "MODELS",
+    "RELATIONS",
     "SAMPLERS",
     "THREATS",
+    "AuditRefusedError",
     "BatchSampler",
+    "BlindSpot",
     "Canary",
+    "ClassCurve",
+    "CurvePoint",
     "DpSgdState",
     "Prepared",
+    "Progress",
     "RunOutput",
     "SingleWeight",
+    "Start",
+    "StartReport",
+    "Training",
+    "TrainingMechanism",
     "TrainingProblem",
     "audit_training",
     "build_problem",
+    "class_curve",
+    "crafted_problem",
+    "crafted_start",
+    "cross_entropy",
+    "curve_runs",
     "default_claim",
     "dp_sgd",
+    "dpsgd_noise",
     "input_canary",
     "load_data",
+    "load_problem",
     "make_model",
     "make_run",
+    "many_runs",
     "prepare",
+    "sharded_runs",
     "shuffle_lower_delta",
     "shuffle_lower_epsilon",
     "training_audit_config",

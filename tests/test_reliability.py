@@ -241,7 +241,13 @@ API_CASES = [
     pytest.param(lambda: ta.shuffle_lower_epsilon(1.0, 10, 0.0), ("delta=0.0", "(0.0, 1.0)"), id="training_audit.shuffle-lower-delta0"),
     pytest.param(lambda: ta.shuffle_lower_delta(0.0, 10, 1.0), ("noise=0.0", "> 0"), id="training_audit.shuffle-lower-noise0"),
     pytest.param(lambda: ta.worst_case_problem(steps=1, noise=1.0, batch_size=1), ("steps=1", "batch_size=1", "at least 2 examples"), id="training_audit.worst-case-one-example"),
-    pytest.param(lambda: ta.build_problem(data="worst-case", sampler="shuffle", bug="no-clip"), ("bug='no-clip'", "data='worst-case'"), id="training_audit.worst-case-with-a-bug"),
+    pytest.param(lambda: ta.build_problem(data="worst-case", sampler="shuffle", threat="white-box"), ("threat='white-box'", "data='worst-case'"), id="training_audit.worst-case-white-box"),
+    pytest.param(lambda: ta.build_problem(data="synthetic", relation="add"), ("relation='add'", "add-remove"), id="training_audit.unknown-relation"),
+    pytest.param(lambda: ta.build_problem(data="synthetic", canary_norm=0.0), ("canary_norm=0.0", "> 0"), id="training_audit.canary-norm0"),
+    pytest.param(lambda: au.parse_claim("dpsgd:noise=1,rate=0.1,steps=10,delta=1e-5,relation=replace-one,accountant=rdp"), ("relation='replace-one'", "accountant='rdp'", "REPLACE_ONE"), id="training_audit.relation-the-accountant-cannot-account"),
+    pytest.param(lambda: ta.TrainingProblem(model=ta.make_model("logreg", 8, 2), data=(np.full((4, 8), np.nan), np.zeros(4)), step=ta.dp_sgd(learning_rate=0.1, l2_norm_clip=1.0, noise_multiplier=1.0, expected_batch_size=1.0), sampler=ta.BatchSampler(kind="poisson", rate=0.5), steps=2), ("data X", "4 of 4 (100%)", "NaN or inf"), id="training_audit.nan-features"),
+    pytest.param(lambda: ta.load_problem("no_such_file.py:make_problem"), ("problem='no_such_file.py:make_problem'", "not found"), id="training_audit.problem-file-missing"),
+    pytest.param(lambda: au.parse_claim("capacity:mlp(64):kl:0.5"), ("capacity:mlp(64):kl:0.5", "WIDTHxDEPTH"), id="audit.capacity-architecture"),
 ]  # fmt: skip
 
 

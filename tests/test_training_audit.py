@@ -116,6 +116,14 @@ def test_gradient_canary_scores_have_the_subsampled_gaussian_law(small):
     assert stats.kstest(z_in, lambda v: wrong(v / 1.1)).pvalue < 1e-3
 
 
+def test_a_custom_score_is_a_function_of_the_canary_coordinates(small):
+    problem, prep = small
+    custom = dataclasses.replace(problem, score=lambda z: jnp.sum(z**2))
+    out = ta.training_runs(jax.random.key(3), custom, 50, prep=prep)
+    np.testing.assert_allclose(out.score, (out.z**2).sum(1), rtol=1e-5)
+    assert custom.score_kind() == "custom"
+
+
 @pytest.mark.parametrize("threat", ["white-box", pytest.param("black-box", marks=pytest.mark.slow)])
 def test_input_canary_scores_are_larger_when_the_canary_was_trained_on(threat):
     # The final parameters' move along the canary's negative gradient (white-box) and minus its final
@@ -193,13 +201,20 @@ def test_the_command_lines_worst_case_is_the_papers_setup_and_refuses_what_does_
     assert (got.name, got.steps, got.examples, got.sampling_rate) == (
         want.name, want.steps, want.examples, want.sampling_rate,
     )  # fmt: skip
-    assert ta.build_problem(data="worst-case", sampler="poisson", steps=10).sampling_rate == 0.1
+    poisson = ta.build_problem(data="worst-case", sampler="poisson", steps=10)
+    assert poisson.sampling_rate == 0.1 and poisson.examples == 80  # expected batch 8 by default
+    # the relation, the bug and the step apply (the normalisation leaks need aligned data)
+    bugged = ta.build_problem(
+        data="worst-case", sampler="poisson", steps=10, bug="mean-over-batch", relation="zero-out"
+    )
+    assert bugged.relation == "zero-out" and "mean-over-batch" in bugged.name
+    assert "optax" in ta.build_problem(data="worst-case", step="optax", steps=10).name
     for option, match in (
-        ({"bug": "no-clip"}, "bug='no-clip' is invalid with data='worst-case'"),
         ({"threat": "white-box"}, "threat='white-box' is invalid with data='worst-case'"),
-        ({"step": "optax"}, "step='optax' is invalid with data='worst-case'"),
         ({"n": 30}, "examples=30 is invalid with data='worst-case'"),
         ({"sampler": "fixed", "batch_size": 4}, "sampler='fixed' is invalid"),
+        ({"step": "optax", "bug": "no-clip"}, "bug='no-clip' is invalid: bugs are planted"),
+        ({"rate": 0.5}, "rate=0.5 is invalid with sampler='shuffle'"),
     ):
         with pytest.raises(InvalidParameterError, match=match):
             ta.build_problem(**({"data": "worst-case", "sampler": "shuffle"} | option))
@@ -265,10 +280,13 @@ def test_each_planted_bug_is_certified_in_19_of_20_audits(bug):
 def test_the_worst_case_data_release_the_papers_coordinates(present, epochs):
     # Almost no noise (S = 1e-4): every step's canary coordinate is -b (b clipped gradients of -C),
     # except the canary's one step of each epoch, which is -b + 2 with the canary in and -b + 1 with
-    # it zeroed: the MoG(2) / MoG(1) of the lower bound, shifted by -b, once per epoch. A clip that
+    # it zeroed (zero-out, the papers' pair): the MoG(2) / MoG(1) of the lower bound, shifted by -b,
+    # once per epoch. A clip that
     # did not bind (the data's gradient below C) or a learning rate that moved w x off 0 would show
     # as other values.
-    problem = ta.worst_case_problem(steps=6, noise=1e-4, batch_size=4, epochs=epochs)
+    problem = ta.worst_case_problem(
+        steps=6, noise=1e-4, batch_size=4, epochs=epochs, relation="zero-out"
+    )
     run = jax.jit(ta.make_run(problem, ta.prepare(problem)))
     z = np.asarray(run(jax.random.key(3), jnp.float32(present)).z).reshape(epochs, 6)
     for epoch in z:
@@ -287,13 +305,15 @@ def test_shuffled_worst_case_refutes_its_poisson_claim_at_delta_1e5_and_poisson_
 
     claim_eps = dpsgd_epsilon(0.8, 0.01, 100, 1e-5)
     config = ta.training_audit_config(claim_eps, samples=50_000, confidence=0.999)
-    shuffled = ta.worst_case_problem(steps=100, noise=0.8)
+    shuffled = ta.worst_case_problem(steps=100, noise=0.8, relation="zero-out")
     res = ta.audit_training(jax.random.key(0), shuffled, config=config)
     assert res.violation and res.empirical.epsilon > claim_eps, res.verdict
     # Sound: never above the run's true eps, itself at most that of one Gaussian step of sensitivity
     # 1 (knowing which step holds the canary only helps; joint convexity).
     assert res.empirical.epsilon <= dpsgd_epsilon(0.8, 1.0, 1, 1e-5)
-    control = ta.worst_case_problem(steps=100, noise=0.8, sampler="poisson")
+    control = ta.worst_case_problem(
+        steps=100, noise=0.8, sampler="poisson", batch_size=4, relation="zero-out"
+    )
     res = ta.audit_training(jax.random.key(1), control, config=config)
     assert not res.violation and res.empirical.epsilon < claim_eps, res.verdict
 
@@ -302,8 +322,11 @@ def test_shuffled_worst_case_refutes_its_poisson_claim_at_delta_1e5_and_poisson_
 def test_worst_case_shuffle_is_certified_in_19_of_20_audits_and_its_poisson_control_in_none():
     # The planted bug "shuffle accounted as Poisson" where the papers show the gap: 20 audits with
     # independent keys, 2 x 10^4 runs per side each, at the run's own dpsgd: claim (T = 100, S = 0.8).
-    shuffled = ta.worst_case_problem(steps=100, noise=0.8)
-    control = ta.worst_case_problem(steps=100, noise=0.8, sampler="poisson")
+    # zero-out, the papers' pair (docs/theory/training_audit.md, section 9)
+    shuffled = ta.worst_case_problem(steps=100, noise=0.8, relation="zero-out")
+    control = ta.worst_case_problem(
+        steps=100, noise=0.8, sampler="poisson", batch_size=4, relation="zero-out"
+    )
     config = ta.training_audit_config(ta_claim_eps(shuffled), samples=20_000)
     hits = [
         ta.audit_training(jax.random.key(s), shuffled, config=config).violation for s in range(20)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -33,7 +34,13 @@ import jax
 import numpy as np
 
 from cbdp_jax._src import hockey_stick as hs
-from cbdp_jax._src.audit_io import AuditMechanism, finite_or, host_rng, load_mechanism
+from cbdp_jax._src.audit_io import (
+    AuditMechanism,
+    finite_or,
+    host_rng,
+    load_mechanism,
+    refuse_non_finite,
+)
 from cbdp_jax._src.statistics.bounds import family_confidence
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -62,6 +69,10 @@ class Claim(NamedTuple):
       source: For a ``dpsgd:`` claim, the run's parameters and the accountant
         (:class:`~cbdp_jax._src.accounting.DpsgdClaim`); the claim itself is the approximate one
         they imply.
+      architecture: For a capacity claim, the class's architecture as audited (``'mlp(32x2)'``,
+        ``'poly(3)'``, ``'linear'``).
+      architecture_default: Whether the claim named only the family, so that the architecture is
+        the default one (:data:`DEFAULT_ARCHITECTURES`).
 
     """
 
@@ -74,6 +85,8 @@ class Claim(NamedTuple):
     value: float = math.nan
     text: str = ""
     source: Any = None
+    architecture: str | None = None
+    architecture_default: bool = False
 
     def claimed_delta(self, eps: float) -> float:
         """delta(eps) implied by an (epsilon, delta) claim: delta + max(0, e^epsilon - e^eps).
@@ -101,16 +114,20 @@ def parse_claim(text: str) -> Claim:
     """A claim from its text: one of the forms below.
 
     ``pure:EPS``, ``approx:EPS:DELTA``, ``renyi:ALPHA:EPS``, ``capacity:CLASS:DIV[:ALPHA]:VALUE`` or
-    ``dpsgd:noise=S,rate=Q,steps=T,delta=D[,sampling=...]``. A ``dpsgd:`` claim is the approximate claim (epsilon, delta) the run's accountant gives
-    (:mod:`cbdp_jax._src.accounting`, dp_accounting's PLD accountant, as jax_privacy reports it).
+    ``dpsgd:noise=S,rate=Q,steps=T,delta=D[,sampling=...][,relation=...][,accountant=...]``. A
+    ``dpsgd:`` claim is the approximate claim (epsilon, delta) the run's accountant gives
+    (:mod:`cbdp_jax._src.accounting`, dp_accounting's PLD accountant by default, under the
+    add-remove relation unless it names another). A capacity claim's CLASS names the architecture
+    audited, ``mlp(64x3)`` (width x depth), ``poly(3)`` (degree) or ``linear``; a family alone
+    (``mlp``) is its default architecture (:data:`DEFAULT_ARCHITECTURES`), which the result states.
 
     Raises:
       InvalidParameterError: Naming ``claim``, the forms allowed and the part that is out of range.
 
     """
     forms = (
-        "pure:EPS, approx:EPS:DELTA, renyi:ALPHA:EPS, capacity:CLASS:kl:VALUE or "
-        "dpsgd:noise=S,rate=Q,steps=T,delta=D"
+        "pure:EPS, approx:EPS:DELTA, renyi:ALPHA:EPS, capacity:CLASS:kl:VALUE (CLASS e.g. "
+        "mlp(64x3)) or dpsgd:noise=S,rate=Q,steps=T,delta=D"
     )
     parts = str(text).split(":")
     kind = parts[0]
@@ -143,8 +160,8 @@ def parse_claim(text: str) -> Claim:
                 f"claim={text!r} is invalid: ALPHA must be > 1 and EPS >= 0"
             )
         return Claim("renyi", eps, alpha=alpha, text=text)
-    adversary, divergence = parts[1], parts[2]
-    check_choice("claim class", adversary, ("linear", "poly", "mlp", "bounded-mlp"))
+    family, arch, defaulted = parse_architecture(parts[1], text)
+    divergence = parts[2]
     check_choice("claim divergence", divergence, ("kl", "renyi"))
     alpha = _num(parts[3], "ALPHA", text) if len(parts) == 5 else None
     if (divergence == "renyi") != (alpha is not None) or (alpha is not None and alpha <= 1):
@@ -152,9 +169,66 @@ def parse_claim(text: str) -> Claim:
             f"claim={text!r} is invalid: renyi needs capacity:CLASS:renyi:ALPHA:VALUE, ALPHA > 1"
         )
     return Claim(
-        "capacity", alpha=alpha, adversary=adversary, divergence=divergence,
-        value=_num(parts[-1], "VALUE", text), text=text,
+        "capacity", alpha=alpha, adversary=family, divergence=divergence,
+        value=_num(parts[-1], "VALUE", text), text=text, architecture=arch,
+        architecture_default=defaulted,
     )  # fmt: skip
+
+
+# A capacity claim's class: the family and its architecture (the default when only the family is named)
+DEFAULT_ARCHITECTURES = {
+    "linear": "linear",
+    "poly": "poly(3)",
+    "mlp": "mlp(32x2)",
+    "bounded-mlp": "bounded-mlp(32x2)",
+}
+_ARCH = re.compile(r"^(linear|poly|mlp|bounded-mlp)(?:\((?:(\d+)x(\d+)|(\d+))\))?$")
+
+
+def parse_architecture(name: str, claim: str = "") -> tuple[str, str, bool]:
+    """``'mlp(64x3)'`` -> ``('mlp', 'mlp(64x3)', False)``; ``'mlp'`` -> ``('mlp', 'mlp(32x2)', True)``.
+
+    ``mlp(WxD)`` and ``bounded-mlp(WxD)`` are width W and depth D; ``poly(K)`` is degree K.
+
+    Raises:
+      InvalidParameterError: For an unknown family or an architecture that does not fit it.
+
+    """
+    m = _ARCH.match(str(name).strip())
+    families = tuple(DEFAULT_ARCHITECTURES)
+    if m is None:
+        family = str(name).split("(")[0]
+        check_choice("claim class", family, families)
+        raise InvalidParameterError(
+            f"claim={claim!r} is invalid: class {name!r} must be linear, poly or poly(K), mlp or "
+            "mlp(WIDTHxDEPTH), bounded-mlp or bounded-mlp(WIDTHxDEPTH), e.g. mlp(64x3)"
+        )
+    family, width, depth, degree = m.groups()
+    if width is None and degree is None:
+        return family, DEFAULT_ARCHITECTURES[family], family != "linear"
+    fits = (family in ("mlp", "bounded-mlp") and width is not None) or (
+        family == "poly" and degree is not None
+    )
+    sizes = [int(v) for v in (width, depth, degree) if v is not None]
+    if not fits or min(sizes) < 1:
+        raise InvalidParameterError(
+            f"claim={claim!r} is invalid: class {name!r}: mlp and bounded-mlp take (WIDTHxDEPTH), "
+            "poly takes (DEGREE), linear takes none; every size >= 1"
+        )
+    return family, f"{family}({width}x{depth})" if degree is None else f"poly({degree})", False
+
+
+def architecture_kwargs(architecture: str) -> dict:
+    """The estimator's keyword arguments for a parsed architecture (``'mlp(64x3)'``, ``'poly(3)'``)."""
+    family, _, _ = parse_architecture(architecture)
+    m = _ARCH.match(architecture)
+    _, width, depth, degree = m.groups()
+    if family == "linear":
+        return {"adversary": "linear"}
+    if family == "poly":
+        return {"adversary": "poly", "degree": int(degree or 3)}
+    out = {"adversary": "mlp", "width": int(width or 32), "depth": int(depth or 2)}
+    return out | ({"bound": 2.0} if family == "bounded-mlp" else {})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -166,8 +240,9 @@ class DatasetSpace:
       low: The smallest entry.
       high: The largest entry.
       integer: Entries are integers.
-      relation: ``'replace-one'`` (one record differs), ``'zero-out'`` (one record replaced by zeros:
-        add / remove) or ``'linf'`` (query-answer vectors: every entry moves by at most ``radius``).
+      relation: ``'replace-one'`` (one record differs), ``'zero-out'`` (one record replaced by zeros,
+        dp_accounting's ``REPLACE_SPECIAL``) or ``'linf'`` (query-answer vectors: every entry moves
+        by at most ``radius``).
       radius: The l-infinity radius for ``'linf'``.
 
     """
@@ -422,6 +497,56 @@ def _tradeoff_mu(p_lower: float, q_upper: float) -> float:
     return max(0.0, float(ndtri(min(p_lower, 1.0)) - ndtri(q_upper)))
 
 
+class ViolationPoint(NamedTuple):
+    """Where a certified violation is: the grid point, what the samples certify there, what the claim allows.
+
+    Attributes:
+      grid: ``'epsilon'`` (a hockey-stick row: ``certified`` bounds delta(at)) or ``'alpha'`` (an
+        estimator row: ``certified`` bounds the divergence).
+      at: The grid point (eps, or the Renyi order alpha).
+      certified: The certified lower bound there.
+      claimed: What the claim allows there.
+      critic: The critic (class) that certified it.
+      direction: ``'P||Q'`` or ``'Q||P'``.
+      guarantee: ``'finite-sample'`` or ``'asymptotic'``.
+
+    """
+
+    grid: str
+    at: float
+    certified: float
+    claimed: float
+    critic: str
+    direction: str
+    guarantee: str
+
+    def describe(self, noun: str = "samples") -> str:
+        """``'at eps 0.25 the runs certify delta >= 0.51, the claim allows 0.448'``."""
+        if self.grid == "epsilon":
+            return (
+                f"at eps {self.at:.4g} the {noun} certify delta >= {self.certified:.4g}, the claim "
+                f"allows {self.claimed:.4g}"
+            )
+        return (
+            f"at alpha {self.at:.4g} the {noun} certify a divergence >= {self.certified:.4g}, the "
+            f"claim allows {self.claimed:.4g}"
+        )
+
+
+class BlindSpot(NamedTuple):
+    """What an audit could not see by construction (e.g. a threat that cannot see a kind of bug).
+
+    Attributes:
+      kind: A short tag (``'clip-not-binding'``, ``'unnoised-parameters'``, ``'batch-normalisation'``,
+        ``'dataset-size'``).
+      message: One sentence: what is not seen, why, and what would see it.
+
+    """
+
+    kind: str
+    message: str
+
+
 @dataclasses.dataclass(frozen=True)
 class AuditResult:
     """The outcome of an audit (``to_dict`` for JSON).
@@ -443,6 +568,11 @@ class AuditResult:
       empirical: The empirical epsilon and GDP mu of a pure / approximate claim, else None.
       claimed: The claim as checked: its kind, epsilon and delta, and for a ``dpsgd:`` claim the run's
         parameters and the accountant that turned them into (epsilon, delta).
+      violation_point: Where the violation is certified (:class:`ViolationPoint`), else None.
+      guarantee: The kind of bound the verdict rests on: ``'finite-sample'`` or ``'asymptotic'``
+        (then the verdict says so, with the assumption), ``'none'`` when no bound was certified.
+      relation: The neighbouring relation of the pair audited, when known (training audits).
+      blind_spots: What the audit could not see by construction (:class:`BlindSpot`).
 
     """
 
@@ -462,6 +592,10 @@ class AuditResult:
     grid_name: str = "epsilon"
     empirical: EmpiricalEpsilon | None = None
     claimed: dict | None = None
+    violation_point: ViolationPoint | None = None
+    guarantee: str = "finite-sample"
+    relation: str | None = None
+    blind_spots: tuple[BlindSpot, ...] = ()
 
     def strongest(self) -> Row:
         """The row whose certified bound exceeds its claim by the most (or falls short least)."""
@@ -492,6 +626,12 @@ class AuditResult:
             "seconds": self.seconds,
             "empirical": None if self.empirical is None else self.empirical.to_dict(),
             "claimed": self.claimed,
+            "violation_point": None
+            if self.violation_point is None
+            else {k: clean(v) for k, v in self.violation_point._asdict().items()},
+            "guarantee": self.guarantee,
+            "relation": self.relation,
+            "blind_spots": [b._asdict() for b in self.blind_spots],
         }
 
 
@@ -697,9 +837,13 @@ def _estimator_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[lis
         for j, (name, a, b) in enumerate((("P||Q", xp, xq), ("Q||P", xq, xp))):
             for c_i, cls in enumerate(classes):
                 k = jax.random.fold_in(key, 100 * i + 10 * j + c_i)
+                kwargs = (
+                    architecture_kwargs(claim.architecture)
+                    if claim.kind == "capacity"
+                    else _ESTIMATOR_CLASSES[cls]
+                )
                 r = estimate_from_samples(
-                    k, a, b, divergence=divergence, alpha=alpha, config=est_config,
-                    **_ESTIMATOR_CLASSES[cls],
+                    k, a, b, divergence=divergence, alpha=alpha, config=est_config, **kwargs
                 )  # fmt: skip
                 rows.append(_estimator_row(r, claim, name, alpha, claimed))
     return rows, family
@@ -720,15 +864,26 @@ def _estimator_row(r, claim: Claim, direction: str, alpha, claimed: float) -> Ro
     )  # fmt: skip
 
 
-def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_test: int):
-    best = max(rows, key=lambda r: r.lower_bound - r.claimed)
+def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_test: int,
+             noun: str = "samples"):  # fmt: skip
+    """(violation, text, samples needed, violation point, guarantee) of the certified rows."""
     level = f"{100 * config.confidence:g}%"
-    if any(r.violation for r in rows):
-        text = (
-            f"violation certified at {level}: {best.critic} {best.direction} certifies "
-            f"{best.lower_bound:.4g} > claimed {best.claimed:.4g}"
+    excess = lambda r: r.lower_bound - r.claimed
+    violating = [r for r in rows if r.violation]
+    if violating:
+        sure = [r for r in violating if r.guarantee != "asymptotic"]
+        row = max(sure or violating, key=excess)
+        grid = "alpha" if claim.kind in ("renyi", "capacity") else "epsilon"
+        point = ViolationPoint(
+            grid, row.grid, row.lower_bound, row.claimed, row.critic, row.direction, row.guarantee
         )
-        return True, text, math.nan
+        text = (
+            f"violation certified at {level}: {point.describe(noun)} ({row.critic} {row.direction})"
+        )
+        if row.guarantee == "asymptotic":
+            text += f"; this rests on an asymptotic bound ({row.note})"
+        return True, text, math.nan, point, row.guarantee
+    best = max(rows, key=excess)
     # a violation of size v needs E_P h >= v, so the terms' spread is at least about sqrt(v)
     spread = max(best.std, math.sqrt(config.violation_size))
     needed = hs.samples_needed(config.violation_size, spread, config.confidence, family)
@@ -737,6 +892,9 @@ def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_
         if math.isfinite(best.lower_bound)
         else "none (every bound refused or not on the claimed class)"
     )
+    guarantee = best.guarantee if math.isfinite(best.lower_bound) else "none"
+    if guarantee == "asymptotic":
+        strongest += ", an asymptotic bound"
     text = (
         f"no violation certified: the strongest certified bound is {strongest} against the claimed "
         f"{best.claimed:.4g}. What was shown: none of the {len(rows)} bounds of this audit exceeds "
@@ -745,7 +903,7 @@ def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_
         f"per side, a violation of about {_detectable(spread, n_test, config.confidence, family):.3g}"
         " above the claim would be certified about half the time"
     )
-    return False, text, needed
+    return False, text, needed, None, guarantee
 
 
 def _detectable(spread: float, n: int, confidence: float, family: int) -> float:
@@ -796,6 +954,9 @@ def audit(
     d, d2 = (np.asarray(x) for x in pair)
     kp, kq = jax.random.split(k_cert)
     xp, xq = mech.sample(kp, d, config.samples), mech.sample(kq, d2, config.samples)
+    # a run it could not check is never a pass: NaN or inf outputs refuse the audit
+    refuse_non_finite(mech.name, xp, "D")
+    refuse_non_finite(mech.name, xq, "D'")
     if claim.kind in ("pure", "approx"):
         rows, family = _hockey_rows(k_fit, xp, xq, claim, config)
         grid_name = "epsilon"
@@ -803,8 +964,16 @@ def audit(
         rows, family = _estimator_rows(k_fit, xp, xq, claim, config)
         grid_name = "alpha"
     n_test = config.samples - int(config.samples * config.train_fraction)
-    violation, text, needed = _verdict(rows, claim, family, config, n_test)
+    noun = getattr(mech, "sample_noun", "samples")
+    violation, text, needed, point, guarantee = _verdict(rows, claim, family, config, n_test, noun)
     claimed = {"kind": claim.kind, "epsilon": claim.epsilon, "delta": claim.delta}
+    if claim.kind == "capacity":
+        claimed |= {"architecture": claim.architecture, "default": claim.architecture_default}
+        default = " (the default architecture of class " + claim.adversary + ")"
+        text = (
+            f"capacity claim on {claim.architecture}"
+            f"{default if claim.architecture_default else ''}: {text}"
+        )
     if claim.source is not None:
         claimed["source"] = claim.source._asdict()
         text = (
@@ -822,5 +991,6 @@ def audit(
         mech.name, claim.text, violation, text, (d.tolist(), d2.tolist()), tuple(rows), family,
         config.confidence, tuple(screened), config.samples, finite_or(needed),
         config.violation_size, time.perf_counter() - start, grid_name, empirical,
-        {k: finite_or(v) if isinstance(v, float) else v for k, v in claimed.items()},
+        {k: finite_or(v) if isinstance(v, float) else v for k, v in claimed.items()}, point,
+        guarantee,
     )  # fmt: skip

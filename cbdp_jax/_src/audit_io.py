@@ -29,6 +29,26 @@ from cbdp_jax._src.validation import InvalidParameterError, check_int_at_least, 
 HOST_BATCH = 65536
 
 
+class AuditRefusedError(InvalidParameterError):
+    """An audit refused because some runs could not be checked (NaN or inf outputs or parameters).
+
+    A subclass of :class:`InvalidParameterError`, so the command line prints its one line and exits
+    with status 2: an audit that could not check every run never reports "no violation".
+    """
+
+
+def refuse_non_finite(name: str, outputs: np.ndarray, side: str, what: str = "outputs") -> None:
+    """Raises :class:`AuditRefusedError` naming the share of rows of ``outputs`` ``[n, ...]`` not finite."""
+    arr = np.asarray(outputs, np.float64).reshape(len(outputs), -1)
+    bad = int(np.sum(~np.isfinite(arr).all(axis=1)))
+    if bad:
+        n = arr.shape[0]
+        raise AuditRefusedError(
+            f"mechanism {name} is refused: {bad} of {n} {what} ({100.0 * bad / n:.3g}%) on {side} "
+            "are NaN or inf; an audit certifies nothing about runs it could not check"
+        )
+
+
 def _as_outputs(where: str, out: Any, n: int) -> np.ndarray:
     """The outputs as float64 ``[n, d]``, or an error naming ``where`` and what was wrong."""
     try:
@@ -124,6 +144,48 @@ def _jitted(fn: Callable) -> Callable:
     return _JIT_CACHE[id(fn)]
 
 
+def import_attribute(name: str, spec: Any) -> Callable:
+    """The callable ``'path/to/file.py:function'`` or ``'package.module:function'`` names.
+
+    Raises:
+      InvalidParameterError: Naming ``name``, the file or module and the function when either is
+        missing, the file does not import, or the attribute is not callable.
+
+    """
+    if not isinstance(spec, str) or ":" not in spec:
+        raise InvalidParameterError(
+            f"{name}={spec!r} is invalid: must be FILE.py:FUNCTION or MODULE:FUNCTION"
+        )
+    where, _, func = spec.rpartition(":")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise InvalidParameterError(f"{name}={spec!r} is invalid: file {where} not found")
+        module_name = f"_cbdp_audit_{abs(hash(str(path.resolve())))}"
+        try:
+            loader = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[module_name] = module
+            loader.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - report any import failure against the file
+            raise InvalidParameterError(
+                f"{name}={spec!r} is invalid: {where} failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:  # noqa: BLE001
+            raise InvalidParameterError(
+                f"{name}={spec!r} is invalid: module {where} failed to import: {exc}"
+            ) from exc
+    fn = getattr(module, func, None)
+    if fn is None or not callable(fn):
+        raise InvalidParameterError(
+            f"{name}={spec!r} is invalid: {where} has no callable named {func!r}"
+        )
+    return fn
+
+
 def load_mechanism(spec: str | Callable, name: str | None = None) -> AuditMechanism:
     """``'path/to/file.py:function'``, ``'package.module:function'`` or a callable.
 
@@ -134,38 +196,7 @@ def load_mechanism(spec: str | Callable, name: str | None = None) -> AuditMechan
     """
     if callable(spec):
         return AuditMechanism(spec, name or getattr(spec, "__name__", "mechanism"))
-    if not isinstance(spec, str) or ":" not in spec:
-        raise InvalidParameterError(
-            f"mechanism={spec!r} is invalid: must be FILE.py:FUNCTION or MODULE:FUNCTION"
-        )
-    where, _, func = spec.rpartition(":")
-    if where.endswith(".py"):
-        path = Path(where)
-        if not path.is_file():
-            raise InvalidParameterError(f"mechanism={spec!r} is invalid: file {where} not found")
-        module_name = f"_cbdp_audit_{abs(hash(str(path.resolve())))}"
-        try:
-            loader = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[module_name] = module
-            loader.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - report any import failure against the file
-            raise InvalidParameterError(
-                f"mechanism={spec!r} is invalid: {where} failed to import: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:  # noqa: BLE001
-            raise InvalidParameterError(
-                f"mechanism={spec!r} is invalid: module {where} failed to import: {exc}"
-            ) from exc
-    fn = getattr(module, func, None)
-    if fn is None or not callable(fn):
-        raise InvalidParameterError(
-            f"mechanism={spec!r} is invalid: {where} has no callable named {func!r}"
-        )
+    fn = import_attribute("mechanism", spec)
     return AuditMechanism(fn, spec)
 
 

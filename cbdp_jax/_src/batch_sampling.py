@@ -6,6 +6,14 @@ of it and the step t that returns the step's batch as ``capacity`` indices into 
 validity mask, so a training loop under ``jit`` / ``vmap`` / ``lax.scan`` has static shapes whatever
 the batch size. ``masks(key, n, steps)`` gives the same batches as ``[steps, n]`` inclusion masks.
 
+The n slots may hold fewer examples: ``size`` (a traced integer is fine) says that only slots
+``0 .. size - 1`` hold one, and the batches are those the sampler draws from those ``size`` examples
+alone (the add/remove neighbour of a data set, whose last slot is absent, runs in the same program
+as the data set itself). Each sampler's law on ``size`` examples is exactly its law on a data set of
+that size: Poisson draws over the n slots and drops the absent ones (independent inclusions);
+``'fixed'`` takes the b largest uniforms among the present slots; ``'shuffle'`` orders the present
+slots by a uniform permutation and cuts ``size // b`` batches an epoch from it.
+
 * ``'poisson'``: each example is in each batch independently with probability ``rate`` (what the
   DP-SGD accountant assumes), drawn as the positions of i.i.d. Geometric(q) gaps (capacity uniforms
   per step, not n Bernoullis; float32 uniforms cut a gap's tail at probability e^-16.6). The
@@ -78,12 +86,13 @@ class BatchSampler:
                 )
             check_int_at_least("batch_size", self.batch_size, 1)
 
-    def check_size(self, n: int) -> None:
-        """Raises unless the sampler can draw batches from ``n`` examples."""
-        if self.kind != "poisson" and self.batch_size > n:
+    def check_size(self, n: int, *, what: str = "the examples, canary included") -> None:
+        """Raises unless the sampler can draw batches from ``n`` examples (``what`` names them)."""
+        if n < 1 or (self.kind != "poisson" and self.batch_size > n):
             raise InvalidParameterError(
-                f"batch_size={self.batch_size!r} is invalid: must be in [1, {n}] (the examples, "
-                "canary included)"
+                f"batch_size={self.batch_size!r} is invalid: must be in [1, {n}] ({what})"
+                if n >= 1
+                else f"examples={n} is invalid: a data set needs at least 1 example ({what})"
             )
 
     def sampling_rate(self, n: int) -> float:
@@ -107,53 +116,79 @@ class BatchSampler:
             return n // self.batch_size
         return math.ceil(1.0 / self.sampling_rate(n))
 
-    def plan(self, key: jax.Array, n: int, steps: int) -> Any:
-        """What a run draws once: its key, and for ``'shuffle'`` every epoch's permutation ``[E, n]``."""
+    def plan(self, key: jax.Array, n: int, steps: int, *, min_size: int | None = None) -> Any:
+        """What a run draws once: its key, and for ``'shuffle'`` every epoch's permutation ``[E, n]``.
+
+        ``min_size`` (static, default n) is the fewest examples a ``batch`` call will be told are
+        present: the shuffled plan holds enough epochs for it.
+        """
         if self.kind != "shuffle":
             return key
-        epochs = -(-steps // self.steps_per_epoch(n))
+        fewest = n if min_size is None else min_size
+        epochs = -(-steps // max(self.steps_per_epoch(fewest), 1))
         keys = jax.random.split(key, epochs)
         return jax.vmap(lambda k: jax.random.permutation(k, n).astype(jnp.int32))(keys)
 
-    def batch(self, plan: Any, t: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def batch(
+        self, plan: Any, t: jax.Array, n: int, size: jax.Array | int | None = None
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Step t's batch: indices ``[capacity]`` int32, valid ``[capacity]`` bool, overflow ``[]``.
 
         Pure in (plan, t): the same run key gives the same batches. Invalid slots hold index 0.
+        ``size`` (default n; may be traced) is the number of examples present, in slots
+        ``0 .. size - 1``; the batch is drawn from those alone.
         """
         cap = self.capacity(n)
         none = jnp.zeros((), jnp.int32)
+        size = n if size is None else size
         if self.kind == "shuffle":
-            per_epoch = self.steps_per_epoch(n)
-            idx = jax.lax.dynamic_slice(plan[t // per_epoch], ((t % per_epoch) * cap,), (cap,))
-            return idx, jnp.ones(cap, bool), none
+            return self._shuffled(plan, t, n, size, cap)
         k_t = jax.random.fold_in(plan, t)
-        if self.kind == "fixed":  # the b largest of n uniforms: a uniform b-subset
-            _, idx = jax.lax.top_k(jax.random.uniform(k_t, (n,)), cap)
+        if self.kind == "fixed":  # the b largest of the present slots' uniforms: a uniform b-subset
+            u = jax.random.uniform(k_t, (n,))
+            u = jnp.where(jnp.arange(n) < size, u, -1.0)
+            _, idx = jax.lax.top_k(u, cap)
             return idx.astype(jnp.int32), jnp.ones(cap, bool), none
         # the members' positions: i.i.d. Geometric(q) gaps from -1, which is Bernoulli(q) inclusion
-        # of each example; capacity uniforms per step instead of n Bernoullis and a compaction
+        # of each slot; capacity uniforms per step instead of n Bernoullis and a compaction
         q = float(self.rate)
         if q == 1.0:
-            return jnp.arange(cap, dtype=jnp.int32), jnp.ones(cap, bool), none
+            idx = jnp.arange(cap, dtype=jnp.int32)
+            return idx, idx < size, none
         u = jax.random.uniform(k_t, (cap,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
         gaps = jnp.floor(jnp.log(u) / math.log1p(-q)) + 1.0
         pos = jnp.cumsum(jnp.minimum(gaps, n + 1.0)) - 1.0
-        valid = pos < n
-        overflow = (valid[-1] & (cap < n)).astype(jnp.int32)  # last slot used: maybe truncated
+        overflow = ((pos[-1] < n) & (cap < n)).astype(jnp.int32)  # last slot used: maybe truncated
+        valid = pos < size
         return jnp.where(valid, pos, 0).astype(jnp.int32), valid, overflow
 
-    def masks(self, key: jax.Array, n: int, steps: int) -> jax.Array:
-        """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``batch``)."""
-        self.check_size(n)
-        return _masks(self, key, n, steps)
+    def _shuffled(self, plan, t, n: int, size, cap: int):
+        """Epoch t // (size // b)'s permutation of the present slots, its (t mod that)-th batch."""
+        if isinstance(size, int) and size == n:
+            per_epoch, order = self.steps_per_epoch(n), plan[t // self.steps_per_epoch(n)]
+        else:  # the present slots first, in the permutation's order: a uniform permutation of them
+            per_epoch = jnp.maximum(size // cap, 1)
+            perm = plan[t // per_epoch]
+            order = perm[jnp.argsort(perm >= size, stable=True)]
+        idx = jax.lax.dynamic_slice(order, ((t % per_epoch) * cap,), (cap,))
+        return idx, jnp.ones(cap, bool), jnp.zeros((), jnp.int32)
+
+    def masks(self, key: jax.Array, n: int, steps: int, size: int | None = None) -> jax.Array:
+        """The batches of ``steps`` steps as inclusion masks ``[steps, n]`` bool (same as ``batch``).
+
+        ``size`` (default n): only slots ``0 .. size - 1`` hold an example.
+        """
+        size = n if size is None else int(size)
+        self.check_size(size, what=f"the {size} examples present")
+        return _masks(self, key, n, steps, size)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 3))
-def _masks(sampler: BatchSampler, key: jax.Array, n: int, steps: int) -> jax.Array:
-    plan = sampler.plan(key, n, steps)
+@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))
+def _masks(sampler: BatchSampler, key: jax.Array, n: int, steps: int, size: int) -> jax.Array:
+    plan = sampler.plan(key, n, steps, min_size=size)
 
     def one(t):
-        idx, valid, _ = sampler.batch(plan, t, n)
+        idx, valid, _ = sampler.batch(plan, t, n, size)
         return jnp.zeros(n, bool).at[idx].max(valid)
 
     return jax.vmap(one)(jnp.arange(steps))

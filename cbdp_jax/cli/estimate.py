@@ -350,6 +350,20 @@ def _plot_curve(record: dict[str, Any], path: Path) -> dict[str, Any]:
     return v
 
 
+_GUARANTEE_HELP = (
+    "kind of lower bound: finite-sample (no assumption; the critic is bounded, "
+    "B*tanh(h/B), B chosen on validation data: a bound on that class), asymptotic (CLT "
+    "on the class itself, refused when the held-out tails look too heavy), class (a bound "
+    "on the class itself: finite-sample if it is bounded, else asymptotic), or auto "
+    "(class, falling back to finite-sample when the validation tails are too heavy)"
+)
+_INPUT_MAP_HELP = (
+    "the critic's input map, fitted on training samples: standard, robust (asinh of "
+    "median/IQR-scaled x), rank (training ECDF) or auto (standard unless outliers set the "
+    "spread; then the three race on validation data and the leader is trained in full)"
+)
+
+
 def estimate_cmd(
     ctx: typer.Context,
     mechanism: Annotated[str, typer.Option(help=", ".join(ESTIMATE_MECHANISMS))] = "laplace",
@@ -394,21 +408,11 @@ def estimate_cmd(
     ] = False,
     guarantee: Annotated[
         str,
-        typer.Option(
-            help="kind of lower bound: finite-sample (no assumption; the critic is bounded, "
-            "B*tanh(h/B), B chosen on validation data: a bound on that class), asymptotic (CLT "
-            "on the class itself, refused when the held-out tails look too heavy), class (a bound "
-            "on the class itself: finite-sample if it is bounded, else asymptotic), or auto "
-            "(class, falling back to finite-sample when the validation tails are too heavy)"
-        ),
+        typer.Option(help=_GUARANTEE_HELP),
     ] = "auto",
     input_map: Annotated[
         str,
-        typer.Option(
-            help="the critic's input map, fitted on training samples: standard, robust (asinh of "
-            "median/IQR-scaled x), rank (training ECDF) or auto (standard unless outliers set the "
-            "spread; then the three race on validation data and the leader is trained in full)"
-        ),
+        typer.Option(help=_INPUT_MAP_HELP),
     ] = "auto",
     target: Annotated[
         float | None,

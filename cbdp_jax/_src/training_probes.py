@@ -1,0 +1,227 @@
+"""Probes of a DP step before any training: is it a DP step, and what can the audit not see.
+
+:func:`check_step` refuses, in one line, a step that cannot take per-example gradients (a plain optax
+optimizer given where a DP step is expected fails on the batch axis, or treats it as a parameter
+axis), saying how to wrap it. :func:`blind_spots` applies the step to a few hand-made batches with
+the same state (so the noise cancels in differences) and names what the audit cannot see by
+construction (docs/theory/training_audit.md, section 6):
+
+* ``'clip-not-binding'``: the step's response to the gradient canary grows with its norm, so a step
+  that does not clip would look the same (the canary's norm is not above the clipping norm);
+* ``'unnoised-parameters'``: the step's noise does not reach some parameters (or does not change
+  with the run's key at all), and the canary does not lie along them;
+* ``'batch-normalisation'``: the step's response to one example depends on how many others share
+  its batch (a division by the realized batch size or by a count of non-zero gradients), while the
+  canary lies along a coordinate no example moves, where that division moves exactly as the
+  accountant says, or the relation is zero-out;
+* ``'dataset-size'``: the step is built from the data set's size, and the relation keeps the size
+  (zero-out, replace-one) or the canary's coordinate hides the division.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+from cbdp_jax._src.audit import BlindSpot
+from cbdp_jax._src.training_problem import TrainingProblem
+from cbdp_jax._src.training_runs import Prepared, _check_keys, apply_step, lone_response, rekey
+from cbdp_jax._src.validation import InvalidParameterError
+
+_WRAP = (
+    "a DP step takes per-example gradients [batch, ...] and returns one update; wrap a plain "
+    "optimizer as optax.chain(optax.contrib.differentially_private_aggregate(l2_norm_clip=C, "
+    "noise_multiplier=S, seed=0), optax.sgd(lr)), or use optax.contrib.dpsgd or dp_sgd"
+)
+
+
+def check_step(problem: TrainingProblem, tx, params) -> None:
+    """Raises one line unless ``tx`` maps per-example gradients to one update of the params' shapes."""
+    try:
+        state = tx.init(params)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's step
+        raise InvalidParameterError(f"step is invalid: its init failed ({_first(exc)})") from exc
+    _check_keys(state)
+    cap = problem.sampler.capacity(problem.examples)
+    grads = jax.tree.map(lambda p: jax.ShapeDtypeStruct((cap, *p.shape), p.dtype), params)
+    mask = jax.ShapeDtypeStruct((cap,), jnp.bool_)
+    try:
+        out, _ = jax.eval_shape(lambda g, m: apply_step(tx, g, state, params, m), grads, mask)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's step
+        raise InvalidParameterError(
+            f"step is invalid: its update failed on per-example gradients ({_first(exc)}): {_WRAP}"
+        ) from exc
+    want = [tuple(p.shape) for p in jax.tree.leaves(params)]
+    got = [tuple(u.shape) for u in jax.tree.leaves(out)]
+    if jax.tree.structure(out) != jax.tree.structure(params) or got != want:
+        i = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w), 0)
+        raise InvalidParameterError(
+            f"step is invalid: its update has shape {list(got[i]) if got else []} where the "
+            f"parameter has {list(want[i])}: it treats the batch axis as a parameter axis (a plain "
+            f"optax optimizer?); {_WRAP}"
+        )
+
+
+def _first(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+def blind_spots(problem: TrainingProblem, tx, prep: Prepared) -> tuple[BlindSpot, ...]:
+    """What this audit cannot see by construction, from the step's response to probe batches."""
+    out = []
+    cap = problem.sampler.capacity(problem.examples)
+    probe = prep.canary_grad if prep.canary_grad is not None else prep.direction
+    base = lone_response(tx, prep.params, prep.direction, probe, cap)
+    gradient = problem.threat == "gradient"
+    if gradient:
+        half = lone_response(tx, prep.params, prep.direction, _scaled(probe, 0.5), cap)
+        if abs(base) > 1.5 * abs(half) > 0:
+            out.append(
+                BlindSpot(
+                    "clip-not-binding",
+                    f"the step's response to the canary grows with its norm ({base / half:.3g}x "
+                    f"from norm {problem.canary_norm() / 2:g} to {problem.canary_norm():g}): "
+                    "clipping does not bind on it, so a step that does not clip looks the same; "
+                    "give a canary norm above the clipping norm",
+                )
+            )
+    out += _noise_spots(problem, tx, prep)
+    k = min(7, cap - 1)
+    if k >= 1:
+        others = (k, jax.tree.map(lambda g: jnp.broadcast_to(0.5 * g, (k, *g.shape)), probe))
+        shared = lone_response(tx, prep.params, prep.direction, probe, cap, others)
+        if abs(shared - base) > 1e-3 * abs(base):
+            out += _normalisation_spots(problem, tx, prep, shared / base, k, probe)
+    if not isinstance(problem.step, optax.GradientTransformation):  # a step per data set
+        out += _size_spots(problem, prep, base, cap, probe)
+    return tuple(out)
+
+
+def _scaled(tree, c: float):
+    return jax.tree.map(lambda g: c * g, tree)
+
+
+def _noise_spots(problem: TrainingProblem, tx, prep: Prepared) -> list[BlindSpot]:
+    """Parameters the step's noise does not reach, from two keys' updates of a zero batch."""
+    cap = problem.sampler.capacity(problem.examples)
+    zeros = jax.tree.map(lambda p: jnp.zeros((cap, *p.shape), p.dtype), prep.params)
+    mask = jnp.ones(cap, bool)
+    state = tx.init(prep.params)
+    ups = [
+        ravel_pytree(apply_step(tx, zeros, rekey(state, jax.random.key(s)), prep.params, mask)[0])[
+            0
+        ]
+        for s in (1, 2)
+    ]
+    still = np.asarray(ups[0] == ups[1])
+    if not still.any():
+        return []
+    if still.all():
+        return [
+            BlindSpot(
+                "unnoised-parameters",
+                "the step's noise does not change with the run's key (no noise, or a key held "
+                "outside the step's state): every run draws the same noise",
+            )
+        ]
+    names = _names(prep.params, still)
+    if problem.threat == "gradient" and not still[prep.coordinate]:
+        text = (
+            f"the step adds no noise to {int(still.sum())} of {still.size} parameters ({names}); "
+            f"the canary lies along parameter {prep.coordinate}, which is noised, so a leak through "
+            f"them is not seen: give Canary(coordinate={int(np.argmax(still))}) to audit one of them"
+        )
+    elif problem.threat != "gradient":
+        text = (
+            f"the step adds no noise to {int(still.sum())} of {still.size} parameters ({names}); "
+            f"the {problem.threat} score mixes them with noised parameters and sees them only partly"
+        )
+    else:
+        return []
+    return [BlindSpot("unnoised-parameters", text)]
+
+
+def _names(params, mask: np.ndarray) -> str:
+    """The parameter paths holding a coordinate of ``mask`` (at most 3 named)."""
+    paths, start, names = jax.tree_util.tree_flatten_with_path(params)[0], 0, []
+    for path, leaf in paths:
+        size = int(np.size(leaf))
+        if mask[start : start + size].any():
+            names.append(jax.tree_util.keystr(path, simple=True, separator="."))
+        start += size
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _hidden_by_coordinate(problem: TrainingProblem, prep: Prepared) -> bool:
+    return problem.threat == "gradient" and prep.law_exact
+
+
+def _counts_zeroed_slot(tx, prep: Prepared, cap: int, probe, k: int) -> bool:
+    """Whether the step tells a zeroed slot (in the batch mask) from an absent one (k others in both)."""
+    state = rekey(tx.init(prep.params), jax.random.key(0))
+    batch = jax.tree.map(
+        lambda g: jnp.zeros((cap, *g.shape), g.dtype).at[1 : k + 1].set(0.5 * g), probe
+    )
+    with_slot = apply_step(tx, batch, state, prep.params, jnp.arange(cap) <= k)[0]
+    without = apply_step(
+        tx, batch, state, prep.params, (jnp.arange(cap) >= 1) & (jnp.arange(cap) <= k)
+    )[0]
+    a, b = ravel_pytree(with_slot)[0], ravel_pytree(without)[0]
+    return not bool(jnp.allclose(a, b, rtol=1e-5, atol=0.0))
+
+
+def _normalisation_spots(problem, tx, prep, ratio: float, k: int, probe) -> list[BlindSpot]:
+    head = (
+        f"the step's response to one example depends on how many others share its batch "
+        f"({ratio:.3g}x with {k} others: a division by the realized batch size or by a count of "
+        "non-zero gradients)"
+    )
+    cap = problem.sampler.capacity(problem.examples)
+    spots = []
+    if prep.relation == "zero-out" and _counts_zeroed_slot(tx, prep, cap, probe, k):
+        spots.append(
+            BlindSpot(
+                "batch-normalisation",
+                f"{head}; it counts a zeroed slot of the batch as an example, and zero-out keeps "
+                "the canary's slot there, so zero-out sees only part of the leak that division "
+                "causes: add-remove sees it all",
+            )
+        )
+    if _hidden_by_coordinate(problem, prep):
+        spots.append(
+            BlindSpot(
+                "batch-normalisation",
+                f"{head}; it leaks where the other examples' clipped gradients align with the "
+                "canary's, and this canary lies along a coordinate no example moves, where the "
+                "division moves exactly as the accountant says: audit on aligned data (data="
+                "'worst-case') to see it",
+            )
+        )
+    return spots
+
+
+def _size_spots(problem, prep, base: float, cap: int, probe) -> list[BlindSpot]:
+    """A step built per data set whose response depends on the size the relation keeps or hides."""
+    other = problem.step_for(max(problem.examples // 2, 1))  # half the size: any dependence shows
+    if abs(lone_response(other, prep.params, prep.direction, probe, cap) - base) <= 1e-3 * abs(
+        base
+    ):
+        return []
+    if prep.relation != "add-remove":
+        text = (
+            f"the step is built from the data set's size, which {prep.relation} keeps: D and D' "
+            "divide by the same size, so a leak of that division is not seen; audit under add-remove"
+        )
+    elif _hidden_by_coordinate(problem, prep):
+        text = (
+            "the step is built from the data set's size (n + 1 on D, n on D'); this canary lies "
+            "along a coordinate no example moves, where that division moves as the accountant "
+            "says: audit on aligned data (data='worst-case') to see its leak"
+        )
+    else:
+        return []
+    return [BlindSpot("dataset-size", text)]

@@ -598,6 +598,23 @@ def _segments(segment, carry, blocks: int, every: int, patience: int, *, progres
     return carry, train_c, val_c
 
 
+def _training_arrays(trainer: Trainer, train_p, train_q, val_p, sampler, batch_size):
+    """:func:`train_ensemble`'s training arrays (a one-row placeholder with a sampler), the mode checked."""
+    if sampler is None:
+        if train_p is None or train_q is None:
+            raise ValueError("train_ensemble needs train_p and train_q, or a sampler")
+    else:
+        train_p = train_q = np.zeros((1,) + tuple(val_p.shape[1:]), np.dtype(val_p.dtype))
+        if batch_size is None:
+            raise ValueError("fresh-sample training needs a batch_size")
+    if trainer.line_search and (sampler is not None or batch_size is not None):
+        raise InvalidParameterError(
+            "optimizer='lbfgs' is invalid with minibatches or fresh samples: its line search "
+            "compares losses of one fixed batch; use batch_size=None with stored samples, or Adam"
+        )
+    return train_p, train_q
+
+
 def train_ensemble(
     key: jax.Array,
     trainer: Trainer,
@@ -662,18 +679,7 @@ def train_ensemble(
       KeyboardInterrupt: ``cancelled`` returned True.
 
     """
-    if sampler is None:
-        if train_p is None or train_q is None:
-            raise ValueError("train_ensemble needs train_p and train_q, or a sampler")
-    else:
-        train_p = train_q = np.zeros((1,) + tuple(val_p.shape[1:]), np.dtype(val_p.dtype))
-        if batch_size is None:
-            raise ValueError("fresh-sample training needs a batch_size")
-    if trainer.line_search and (sampler is not None or batch_size is not None):
-        raise InvalidParameterError(
-            "optimizer='lbfgs' is invalid with minibatches or fresh samples: its line search "
-            "compares losses of one fixed batch; use batch_size=None with stored samples, or Adam"
-        )
+    train_p, train_q = _training_arrays(trainer, train_p, train_q, val_p, sampler, batch_size)
     every = min(int(eval_every), int(steps))
     if val_counts is None:
         (val_p, val_q), val_counts = pad_validation(val_p, val_q)

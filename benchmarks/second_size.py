@@ -175,16 +175,17 @@ def main() -> None:
     payload: dict[str, Any] = {
         "commit": _commit(TREE),
         "trees": {k: str(v) for k, v in trees.items()},
+        "environment": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }
     if args.cli:
         payload["cli"] = {name: cli_sizes(tree) for name, tree in trees.items()}
         print(json.dumps(payload["cli"]), flush=True)
     if args.first_call:
         payload["first_call"] = first_calls(trees, args.n, args.seeds)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(summarize(payload), indent=1))
     if args.raw:
         Path(args.raw).write_text(json.dumps(payload, indent=1))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summarize(payload), indent=1))
 
 
 if __name__ == "__main__":

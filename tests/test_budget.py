@@ -153,7 +153,9 @@ def test_sample_counts_that_would_not_fit_are_refused_before_drawing(monkeypatch
     with pytest.raises(InvalidParameterError, match=r"samples=100000 is invalid: .*1 MiB"):
         estimate(jax.random.key(0), LaplaceMechanism(epsilon=1.0), samples=100_000)
     rng = np.random.default_rng(0)
-    with pytest.raises(InvalidParameterError, match=r"p_samples=.* is invalid: the samples' copies need"):
+    with pytest.raises(
+        InvalidParameterError, match=r"p_samples=.* is invalid: the samples' copies need"
+    ):
         estimate_from_samples(jax.random.key(0), rng.normal(size=100_000), rng.normal(size=100_000))
 
 

@@ -7,7 +7,9 @@ the same state (so the noise cancels in differences) and names what the audit ca
 construction (docs/theory/training_audit.md, section 6):
 
 * ``'clip-not-binding'``: the step's response to the gradient canary grows with its norm, so a step
-  that does not clip would look the same (the canary's norm is not above the clipping norm);
+  that does not clip would look the same (the canary's norm is not above the clipping norm; not
+  reported when the canary is at least twice the problem's stated ``l2_norm_clip``, where a growing
+  response is the step not clipping, which the runs themselves show);
 * ``'unnoised-parameters'``: the step's noise does not reach some parameters (or does not change
   with the run's key at all), and the canary does not lie along them;
 * ``'batch-normalisation'``: the step's response to one example depends on how many others share
@@ -27,8 +29,8 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.audit import BlindSpot
+from cbdp_jax._src.training_ops import Prepared, _check_keys, apply_step, lone_response, rekey
 from cbdp_jax._src.training_problem import TrainingProblem
-from cbdp_jax._src.training_runs import Prepared, _check_keys, apply_step, lone_response, rekey
 from cbdp_jax._src.validation import InvalidParameterError
 
 _WRAP = (
@@ -77,7 +79,10 @@ def blind_spots(problem: TrainingProblem, tx, prep: Prepared) -> tuple[BlindSpot
     probe = prep.canary_grad if prep.canary_grad is not None else prep.direction
     base = lone_response(tx, prep.params, prep.direction, probe, cap)
     gradient = problem.threat == "gradient"
-    if gradient:
+    # A canary at twice the stated clipping norm or more: a response that still grows with the norm
+    # is the step not clipping at that norm, which the audit itself sees (not a blind spot).
+    above = problem.l2_norm_clip is not None and problem.canary_norm() >= 2 * problem.l2_norm_clip
+    if gradient and not above:
         half = lone_response(tx, prep.params, prep.direction, _scaled(probe, 0.5), cap)
         if abs(base) > 1.5 * abs(half) > 0:
             out.append(

@@ -20,7 +20,7 @@ if ! python3 -c "import cbdp_jax, dp_accounting, sklearn" 2> /dev/null; then
 fi
 { nvidia-smi; nproc; python3 -c "import jax, flax, optax, sklearn, dp_accounting, cbdp_jax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices(), jax.default_backend())"; } > "$R/env.txt" 2>&1
 T0=$(date +%s)
-left() { echo $(( 290 - ($(date +%s) - T0) )); }
+left() { echo $(( ${BB_BUDGET:-290} - ($(date +%s) - T0) )); }
 group() {  # group NAME TIMEOUT ARGS...: one invocation, skipped when too little time is left
   local name=$1 limit=$2; shift 2
   local budget; budget=$(left)

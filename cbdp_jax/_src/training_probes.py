@@ -28,8 +28,8 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.audit import BlindSpot
+from cbdp_jax._src.training_ops import Prepared, _check_keys, apply_step, lone_response, rekey
 from cbdp_jax._src.training_problem import TrainingProblem
-from cbdp_jax._src.training_runs import Prepared, _check_keys, apply_step, lone_response, rekey
 from cbdp_jax._src.validation import InvalidParameterError
 
 _WRAP = (

@@ -443,6 +443,8 @@ CLI_OPTION_CASES = [
     pytest.param(("audit-training", "--model", "resnet"), ("model='resnet'", "'logreg'", "'cnn'"), id="audit-training-unknown-model"),
     pytest.param(("audit-training", "--model", "cnn", "--data", "synthetic"), ("features=8", "'cnn'", "side"), id="audit-training-cnn-on-vectors"),
     pytest.param(("audit-training", "--data", "worst-case", "--model", "mlp"), ("model='mlp'", "data='worst-case'"), id="audit-training-worst-case-with-model"),
+    pytest.param(("audit-training", "--sampler", "shuffle", "--batch-size", "8", "--rate", "0.1"), ("rate=0.1", "sampler='shuffle'", "--batch-size"), id="audit-training-rate-with-shuffle"),
+    pytest.param(("audit-training", "--batch-size", "8"), ("batch_size=8", "sampler='poisson'", "--rate"), id="audit-training-batch-size-with-poisson"),
     pytest.param(("audit-training", "--init", "crafted"), ("init='crafted'", "'worst-case'", "'average-case'"), id="audit-training-unknown-init"),
     pytest.param(("audit-training", "--init", "worst-case", "--threat", "gradient"), ("threat='gradient'", "init='worst-case'", "black-box"), id="audit-training-init-gradient-threat"),
     pytest.param(("audit-training", "--init", "worst-case", "--bug", "no-clip"), ("bug='no-clip'", "init='worst-case'"), id="audit-training-init-with-bug"),

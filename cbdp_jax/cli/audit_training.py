@@ -145,12 +145,17 @@ def audit_training_cmd(
     start = time.perf_counter()
     result = _audit_with_progress(jax.random.key(seed), built, text, config, runs)
     setup |= {
-        "relation": result.relation, "accountant": accountant, "runs_per_side": runs,
+        "relation": result.relation, "accountant": _accountant_of(result), "runs_per_side": runs,
         "seconds": time.perf_counter() - start, "pair": _pair_text(built, result.relation),
     }  # fmt: skip
     _emit_training_audit(result, built, setup, output_format, out)
     if result.violation:
         raise typer.Exit(1)
+
+
+def _accountant_of(result) -> str | None:
+    """The accountant of a ``dpsgd:`` claim (``'pld'`` or ``'rdp'``), None for other claims."""
+    return ((result.claimed or {}).get("source") or {}).get("method")
 
 
 def _training_config(epsilon: float, runs: int, confidence: float):
@@ -187,6 +192,10 @@ def _problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
     worst = o["data"] == "worst-case"
     if worst:
         _refuse(o, given, ("model", "learning_rate"), "data='worst-case'", "its one weight")
+    if o["sampler"] != "poisson":
+        _refuse(o, given, ("rate",), f"sampler={o['sampler']!r}", "give --batch-size")
+    elif not worst:
+        _refuse(o, given, ("batch_size",), "sampler='poisson'", "give --rate")
     rate = o["rate"] if o["sampler"] == "poisson" and ("rate" in given or not worst) else None
     built = build_problem(
         model=o["model"], data=o["data"], sampler=o["sampler"], noise=o["noise"], clip=o["clip"],

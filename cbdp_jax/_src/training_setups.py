@@ -210,20 +210,9 @@ def build_problem(
     check_positive("canary_norm", canary_norm)
     if data == "worst-case":
         return _worst_case_from_options(
-            sampler,
-            noise,
-            clip,
-            batch_size,
-            steps,
-            threat,
-            step,
-            bug,
-            n,
-            rate,
-            relation,
-            chunk,
+            sampler, noise, clip, batch_size, steps, threat, step, bug, n, rate, relation, chunk,
             canary_norm,
-        )
+        )  # fmt: skip
     x, y = load_data(data, n=n, seed=seed)
     examples = x.shape[0] + 1
     if sampler == "poisson":

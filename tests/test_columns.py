@@ -175,14 +175,22 @@ def test_training_audit_header_fits_80_columns():
 
     problem = SimpleNamespace(name="dp-sgd logreg/synthetic, shuffle", examples=64,
                               sampling_rate=0.125)  # fmt: skip
-    training = {"steps": 16, "threat": "gradient", "runs_per_side": 20000, "seconds": 3.0}
+    training = {"steps": 16, "threat": "gradient", "runs_per_side": 20000, "seconds": 3.0,
+                "examples": 63, "relation": "add-remove",
+                "pair": "D: canary in, D': canary absent (add-remove)"}  # fmt: skip
     rows = [_row("halfspace", 0.5203, claimed=0.4479, violation=True)]
+    result = _result(rows, ([1], [0]), True)
+    result.blind_spots = [
+        SimpleNamespace(kind="batch-normalisation", message="a long sentence " * 9)
+    ]
     buf = io.StringIO()
     with redirect_stdout(buf):
-        _emit_training_audit(_result(rows, ([1], [0]), True), problem, training, "table", None)
+        _emit_training_audit(result, problem, training, "table", None)
     lines = buf.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 80, lines
-    assert "63 examples + canary" in " ".join(buf.getvalue().split())
+    flat = " ".join(buf.getvalue().split())
+    assert "63 examples + canary" in flat and "gradient threat, add-remove" in flat
+    assert "not seen (batch-normalisation): a long sentence" in flat
 
 
 def test_a_bound_on_a_shrunk_critic_far_from_the_estimate_is_labelled_too():

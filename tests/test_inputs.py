@@ -108,11 +108,6 @@ def test_the_memory_count_matches_the_measured_growth():
     assert alone < 0.1 * 780
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the message is in training_problem.py (helper 'relations'): 'needs a {want} canary' "
-    "reads 'needs a input canary'; one word to change (the article)",
-)
 def test_the_canary_message_is_grammatical():
     from cbdp_jax._src.training_setups import build_problem
 
@@ -124,3 +119,27 @@ def test_the_canary_message_is_grammatical():
     with pytest.raises(ValueError) as info:
         dataclasses.replace(problem, threat="white-box")
     assert "needs an input canary" in str(info.value)
+    inputs = dataclasses.replace(problem, threat="white-box", canary=input_canary(problem))
+    with pytest.raises(ValueError) as info:  # the other way round: the other article
+        dataclasses.replace(inputs, threat="gradient")
+    assert "needs a gradient canary" in str(info.value)
+
+
+def input_canary(problem):
+    from cbdp_jax._src.training_setups import input_canary as make
+
+    return make(*(np.asarray(a) for a in problem.data))
+
+
+def test_a_broken_dp_accounting_install_names_the_package_not_an_extra(monkeypatch):
+    # dp-accounting is a core dependency: the message says to reinstall it, not to add an extra.
+    from cbdp_jax import InvalidParameterError
+    from cbdp_jax._src import accounting
+
+    accounting._dp_accounting("pld")  # negative control: the installed package imports
+    for name in ("dp_accounting", "dp_accounting.pld", "dp_accounting.rdp"):
+        monkeypatch.setitem(sys.modules, name, None)  # import of a None entry raises ImportError
+    with pytest.raises(InvalidParameterError) as info:
+        accounting._dp_accounting("pld")
+    message = str(info.value)
+    assert "dp-accounting" in message and "[audit]" not in message and "reinstall" in message

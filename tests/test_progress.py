@@ -145,3 +145,29 @@ def test_library_reports_are_understood():
     assert bar.eta() == 7.5  # the library's own ETA
     bar(Steps(3, 20, 300, 2000))
     assert (bar.done, bar.total) == (300, 2000) and bar._first[1] == 300  # a new run: rate restarts
+
+
+def test_audit_reports_its_certification_samples_to_a_progress_hook():
+    # audit() takes progress= like the training audit: the certification samples of D and D' as one
+    # count (0, n, 2n), which the command line's bar takes (cli._common.progress_hook finds it).
+    import jax
+    import jax.numpy as jnp
+
+    from cbdp_jax import audit as au
+    from cbdp_jax.cli._common import progress_hook
+
+    def gaussian(key, dataset, n):  # traces under jit with a typed key
+        return jax.random.normal(key, (n,)) + jnp.sum(dataset)
+
+    reports = []
+    config = au.AuditConfig(samples=2000, classes=("halfspace",), eps_grid=(1.0,))
+    result = au.audit(
+        jax.random.key(0), gaussian, "approx:1:1e-5", pair=([0.0], [1.0]), config=config,
+        progress=reports.append,
+    )  # fmt: skip
+    assert [(r.done, r.total) for r in reports] == [(0, 4000), (2000, 4000), (4000, 4000)]
+    assert reports[-1].eta == 0.0 and result.samples == 2000
+    assert progress_hook(au.audit, object()) != {}  # the bar is passed now
+    assert (
+        progress_hook(lambda key: None, object()) == {}
+    )  # negative control: a function without it

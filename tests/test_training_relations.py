@@ -276,7 +276,7 @@ def _spots(**kw):
         ({"bug": "mean-over-batch"}, ["batch-normalisation"]),
         ({"bug": "mean-over-dataset"}, ["dataset-size"]),
         ({"bug": "mean-over-dataset", "relation": "zero-out"}, ["dataset-size"]),
-        ({"bug": "no-clip"}, []),
+        ({"bug": "no-clip"}, []),  # seen: the 4 C canary is above the run's C
         ({"bug": "no-clip", "canary_norm": 1.0}, ["clip-not-binding"]),
         ({"canary_norm": 1.0}, ["clip-not-binding"]),
         ({"bug": "noise-after-averaging"}, []),
@@ -286,8 +286,8 @@ def test_blind_spots_name_what_the_gradient_canary_cannot_see(kw, spots):
     # The canary lies along the always-zero feature's weight: biases without noise, a division by
     # the realized batch or by the data set's size move it exactly as the accountant says; a canary
     # of norm C (1x) is not clipped, so a step that does not clip looks the same (the default 4 C
-    # is clipped, and a step that does not clip moves it twice as far as the 2 C probe: the runs
-    # see that, so it is not named). Negative controls: the correct steps, and noise-after-averaging.
+    # is clipped, and a step that does not clip it is a flaw it sees, not a blind spot). Negative
+    # controls: the correct steps, and noise-after-averaging, which it sees.
     assert _spots(**kw) == spots
 
 

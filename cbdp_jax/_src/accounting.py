@@ -124,10 +124,10 @@ def _dp_accounting(accountant: str):
         from dp_accounting import dp_event
         from dp_accounting.pld import pld_privacy_accountant
         from dp_accounting.rdp import rdp_privacy_accountant
-    except ImportError as exc:  # an optional dependency
+    except ImportError as exc:  # a core dependency: a broken or partial install
         raise InvalidParameterError(
-            "claim='dpsgd:...' is invalid here: it needs dp-accounting (pip install "
-            "'cbdp_jax[audit]')"
+            "claim='dpsgd:...' is invalid here: dp-accounting, a dependency of cbdp_jax, does not "
+            f"import ({exc}); reinstall it (pip install 'dp-accounting>=0.4.4')"
         ) from exc
     if accountant == "pld":
         make = lambda rel: pld_privacy_accountant.PLDAccountant(neighboring_relation=rel)
@@ -249,12 +249,16 @@ def dpsgd_noise(epsilon: float, delta: float, rate: float, steps: int, *,
 
     """
     target = check_positive("epsilon", epsilon)
-    eps_at = lambda s: dpsgd_epsilon(s, rate, steps, delta, relation=relation, accountant=accountant)
+    eps_at = lambda s: dpsgd_epsilon(
+        s, rate, steps, delta, relation=relation, accountant=accountant
+    )
     lo, hi = 1e-2, 1.0
     while eps_at(hi) > target:
         lo, hi = hi, 2.0 * hi
         if hi > 1e6:
-            raise InvalidParameterError(f"epsilon={epsilon!r} is invalid: no noise below 1e6 reaches it")
+            raise InvalidParameterError(
+                f"epsilon={epsilon!r} is invalid: no noise below 1e6 reaches it"
+            )
     while hi - lo > 1e-6 * hi:
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if eps_at(mid) <= target else (mid, hi)

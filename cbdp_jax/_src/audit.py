@@ -923,6 +923,7 @@ def audit(
     space: DatasetSpace | None = None,
     candidates: Iterable | None = None,
     config: AuditConfig = AuditConfig(),
+    progress: Callable | None = None,
 ) -> AuditResult:
     """Audits ``claim`` for ``mechanism``: screens pairs, certifies the best on fresh samples.
 
@@ -935,6 +936,9 @@ def audit(
       space: A :class:`DatasetSpace` to search when ``pair`` is None.
       candidates: Candidate pairs (e.g. the user's generator), screened with the space's.
       config: Budgets and levels.
+      progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` counting the
+        certification samples of D and D' (``total`` = 2 ``config.samples``): at 0 once the pair is
+        chosen, then after each side's draw (a :class:`cbdp_jax._src.progress.Progress` bar takes it).
 
     Returns:
       An :class:`AuditResult`; ``violation`` is True only when a certified bound exceeds the claim.
@@ -953,7 +957,12 @@ def audit(
         )
     d, d2 = (np.asarray(x) for x in pair)
     kp, kq = jax.random.split(k_cert)
-    xp, xq = mech.sample(kp, d, config.samples), mech.sample(kq, d2, config.samples)
+    tell = _progress_teller(progress, 2 * config.samples)
+    tell(0)
+    xp = mech.sample(kp, d, config.samples)
+    tell(config.samples)
+    xq = mech.sample(kq, d2, config.samples)
+    tell(2 * config.samples)
     # a run it could not check is never a pass: NaN or inf outputs refuse the audit
     refuse_non_finite(mech.name, xp, "D")
     refuse_non_finite(mech.name, xq, "D'")
@@ -994,3 +1003,19 @@ def audit(
         {k: finite_or(v) if isinstance(v, float) else v for k, v in claimed.items()}, point,
         guarantee,
     )  # fmt: skip
+
+
+def _progress_teller(progress: Callable | None, total: int) -> Callable[[int], None]:
+    """``tell(done)``: reports ``done`` of ``total`` samples to ``progress`` (nothing when None)."""
+    from cbdp_jax._src.sharded_runs import Progress
+
+    start = time.perf_counter()
+
+    def tell(done: int) -> None:
+        if progress is None:
+            return
+        seconds = time.perf_counter() - start
+        eta = seconds * (total - done) / done if done else math.nan
+        progress(Progress(done, total, seconds, eta))
+
+    return tell

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from cbdp_jax._src.planted_bugs import BUGS
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -28,15 +29,6 @@ from cbdp_jax._src.validation import (
     check_int_at_least,
     check_key,
     check_positive,
-)
-
-BUGS = (
-    "none",
-    "noise-after-averaging",
-    "no-clip",
-    "noise-on-subset",
-    "mean-over-batch",
-    "mean-over-dataset",
 )
 
 

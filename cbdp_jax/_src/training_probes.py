@@ -6,10 +6,9 @@ axis), saying how to wrap it. :func:`blind_spots` applies the step to a few hand
 the same state (so the noise cancels in differences) and names what the audit cannot see by
 construction (docs/theory/training_audit.md, section 6):
 
-* ``'clip-not-binding'``: the step's response to the gradient canary grows with its norm, so a step
-  that does not clip would look the same (the canary's norm is not above the clipping norm; not
-  reported when the canary is at least twice the problem's stated ``l2_norm_clip``, where a growing
-  response is the step not clipping, which the runs themselves show);
+* ``'clip-not-binding'``: the step's response to the gradient canary grows with its norm, and the
+  canary's norm is not above the run's clipping norm (or that is not known), so a step that does not
+  clip would look the same (above a known C, that growth is the step's flaw, which the audit sees);
 * ``'unnoised-parameters'``: the step's noise does not reach some parameters (or does not change
   with the run's key at all), and the canary does not lie along them;
 * ``'batch-normalisation'``: the step's response to one example depends on how many others share
@@ -79,10 +78,7 @@ def blind_spots(problem: TrainingProblem, tx, prep: Prepared) -> tuple[BlindSpot
     probe = prep.canary_grad if prep.canary_grad is not None else prep.direction
     base = lone_response(tx, prep.params, prep.direction, probe, cap)
     gradient = problem.threat == "gradient"
-    # A canary at twice the stated clipping norm or more: a response that still grows with the norm
-    # is the step not clipping at that norm, which the audit itself sees (not a blind spot).
-    above = problem.l2_norm_clip is not None and problem.canary_norm() >= 2 * problem.l2_norm_clip
-    if gradient and not above:
+    if gradient and not _above_known_clip(problem):
         half = lone_response(tx, prep.params, prep.direction, _scaled(probe, 0.5), cap)
         if abs(base) > 1.5 * abs(half) > 0:
             out.append(
@@ -104,6 +100,16 @@ def blind_spots(problem: TrainingProblem, tx, prep: Prepared) -> tuple[BlindSpot
     if not isinstance(problem.step, optax.GradientTransformation):  # a step per data set
         out += _size_spots(problem, prep, base, cap, probe)
     return tuple(out)
+
+
+def _above_known_clip(problem: TrainingProblem) -> bool:
+    """Whether the canary's norm is above the run's known clipping norm C.
+
+    Then a step whose response grows with the canary's norm does not clip at C: a flaw the audit
+    sees (the canary's clipped share is C, the step's is more), not a blind spot.
+    """
+    clip = problem.l2_norm_clip
+    return clip is not None and problem.canary_norm() > clip
 
 
 def _scaled(tree, c: float):

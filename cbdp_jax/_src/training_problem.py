@@ -145,10 +145,10 @@ class TrainingProblem:
             raise InvalidParameterError(
                 "loss_fn is invalid: must be a function loss_fn(model, x, y) -> scalar"
             )
-        want = "gradient" if self.threat == "gradient" else "input"
-        if self.canary.kind != want:
+        want = "a gradient" if self.threat == "gradient" else "an input"
+        if self.canary.kind != want.split()[1]:
             raise InvalidParameterError(
-                f"canary={self.canary.kind!r} is invalid: threat {self.threat!r} needs a {want} canary"
+                f"canary={self.canary.kind!r} is invalid: threat {self.threat!r} needs {want} canary"
             )
         x, y = check_data(self.data, default_loss=self.loss_fn is None)
         if self.canary.kind == "input":

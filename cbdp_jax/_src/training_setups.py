@@ -85,6 +85,7 @@ def worst_case_problem(
     *, steps: int, noise: float, batch_size: int | None = None, sampler: str = "shuffle",
     clip: float = 1.0, epochs: int = 1, rate: float | None = None, bug: str = "none",
     step: str = "dp-sgd", relation: str | None = None, chunk: int = 2048,
+    canary_norm: float = DEFAULT_CANARY_NORM,
 ) -> TrainingProblem:  # fmt: skip
     """DP-SGD on the worst case of shuffled batches and of batch normalisation, as real training.
 
@@ -104,8 +105,10 @@ def worst_case_problem(
     ``'optax'`` (``optax.contrib.dpsgd``); ``relation`` as in :class:`TrainingProblem`. Under
     add/remove a shuffled D' has T b - 1 examples: T - 1 full batches an epoch, b - 1 left out (the
     sampler drops the remainder), so its epochs are one step shorter; the papers' pair is zero-out.
+    The canary's raw gradient has norm ``canary_norm`` times ``clip`` (default 4: clipping binds).
     """
     check_int_at_least("steps", steps, 1)
+    check_positive("canary_norm", canary_norm)
     check_int_at_least("epochs", epochs, 1)
     check_choice("sampler", sampler, ("shuffle", "poisson"))
     batch_size = (4 if sampler == "shuffle" else 8) if batch_size is None else batch_size
@@ -128,7 +131,8 @@ def worst_case_problem(
     where = sampler if rate is None else f"poisson q={rate:g}"
     return TrainingProblem(
         model=SingleWeight(), data=(x, y), step=tx, sampler=batches, steps=steps * epochs,
-        canary=Canary(kind="gradient", coordinate=0), noise_multiplier=noise, l2_norm_clip=clip,
+        canary=Canary(kind="gradient", coordinate=0, norm=canary_norm * clip),
+        noise_multiplier=noise, l2_norm_clip=clip,
         relation=relation, chunk=chunk,
         name=(
             f"{_step_name(step, bug)} worst case, {where}, b={batch_size}, T={steps}"
@@ -159,7 +163,7 @@ def _step_name(step: str, bug: str) -> str:
 
 
 def _worst_case_from_options(sampler, noise, clip, batch_size, steps, threat, step, bug, n, rate,
-                             relation, chunk):  # fmt: skip
+                             relation, chunk, canary_norm):  # fmt: skip
     """:func:`worst_case_problem` from the command line's options, refusing those that do not apply."""
     if threat != "gradient":
         raise InvalidParameterError(
@@ -171,7 +175,7 @@ def _worst_case_from_options(sampler, noise, clip, batch_size, steps, threat, st
         )
     return worst_case_problem(
         steps=steps, noise=noise, batch_size=batch_size, sampler=sampler, clip=clip, rate=rate,
-        bug=bug, step=step, relation=relation, chunk=chunk,
+        bug=bug, step=step, relation=relation, chunk=chunk, canary_norm=canary_norm,
     )  # fmt: skip
 
 
@@ -206,8 +210,9 @@ def build_problem(
     check_positive("canary_norm", canary_norm)
     if data == "worst-case":
         return _worst_case_from_options(
-            sampler, noise, clip, batch_size, steps, threat, step, bug, n, rate, relation, chunk
-        )
+            sampler, noise, clip, batch_size, steps, threat, step, bug, n, rate, relation, chunk,
+            canary_norm,
+        )  # fmt: skip
     x, y = load_data(data, n=n, seed=seed)
     examples = x.shape[0] + 1
     if sampler == "poisson":

@@ -107,3 +107,14 @@ def progress_hook(fn, bar) -> dict[str, Any]:
     except (TypeError, ValueError):
         takes = False
     return {"progress": bar} if takes and bar is not None else {}
+
+
+def _given(ctx: Any, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` the user set (on the command line or in the environment)."""
+    # compared by name: typer may vendor click, so the enum's module varies between versions
+    sources = {n: ctx.get_parameter_source(n) for n in names}
+    return [
+        n
+        for n, src in sources.items()
+        if getattr(src, "name", "") in ("COMMANDLINE", "ENVIRONMENT")
+    ]

@@ -129,7 +129,7 @@ def _audit_one(mechanism, claim, where, config, seed):
     parsed = au.parse_claim(claim)
     mech = au.load_mechanism(mechanism)
     pair, space_obj, candidates = _audit_pairs(*where)
-    with Progress("cbdp audit") as bar:
+    with Progress("cbdp audit", unit="samples") as bar:
         return au.audit(
             jax.random.key(seed), mech, parsed, pair=pair, space=space_obj, candidates=candidates,
             config=config, **progress_hook(au.audit, bar),

@@ -18,6 +18,7 @@ from cbdp_jax._src.validation import InvalidParameterError, check_choice
 from cbdp_jax.cli._common import (
     _check_adversary_flags,
     _echo_wrapped,
+    _given,
     _parse_sensitivity,
     _print_record,
     check_format_and_out,
@@ -460,17 +461,6 @@ def estimate_cmd(
 
 def _path_or_none(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
-    """The options among ``names`` the user set (on the command line or in the environment)."""
-    # compared by name: typer may vendor click, so the enum's module varies between versions
-    sources = {n: ctx.get_parameter_source(n) for n in names}
-    return [
-        n
-        for n, src in sources.items()
-        if getattr(src, "name", "") in ("COMMANDLINE", "ENVIRONMENT")
-    ]
 
 
 def _check_sample_files(args: dict[str, Any], given: list[str] = ()) -> None:

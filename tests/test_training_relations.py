@@ -53,6 +53,25 @@ def test_shuffle_with_the_last_slot_absent_drops_the_remainder_of_the_present():
     assert np.all((per_epoch[:, :11] == 0).any(axis=0))
 
 
+def test_shuffled_batches_with_absent_slots_are_the_present_slots_in_the_permutations_order():
+    # The sampler finds the j-th present slot along the epoch's permutation by a running count (no
+    # sort per step); the reference is the stable partition of the permutation into present slots
+    # first. Every index must agree exactly (any off-by-one would move a whole batch).
+    sampler = ta.BatchSampler(kind="shuffle", batch_size=4)
+    n, steps = 23, 12
+    for seed in range(10):
+        plan = sampler.plan(jax.random.key(seed), n, steps, min_size=n - 3)
+        for size in (n - 1, n - 3):
+            per_epoch = size // 4
+            for t in range(steps):
+                idx, valid, _ = sampler.batch(plan, jnp.int32(t), n, jnp.int32(size))
+                perm = np.asarray(plan[t // per_epoch])
+                order = perm[np.argsort(perm >= size, kind="stable")]
+                start = (t % per_epoch) * 4
+                np.testing.assert_array_equal(np.asarray(idx), order[start : start + 4])
+                assert np.asarray(valid).all() and np.all(np.asarray(idx) < size)
+
+
 # --- the accountant under each relation -----------------------------------------------------------
 
 

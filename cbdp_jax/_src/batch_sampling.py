@@ -166,10 +166,18 @@ class BatchSampler:
         """Epoch t // (size // b)'s permutation of the present slots, its (t mod that)-th batch."""
         if isinstance(size, int) and size == n:
             per_epoch, order = self.steps_per_epoch(n), plan[t // self.steps_per_epoch(n)]
-        else:  # the present slots first, in the permutation's order: a uniform permutation of them
+        else:  # the present slots in the permutation's order: a uniform permutation of them
             per_epoch = jnp.maximum(size // cap, 1)
             perm = plan[t // per_epoch]
-            order = perm[jnp.argsort(perm >= size, stable=True)]
+            # The batch's positions j among the present slots, found by the running count of present
+            # slots along the permutation (a cumulative sum and a search: no sort of n per step).
+            count = jnp.cumsum((perm < size).astype(jnp.int32))
+            j = (t % per_epoch) * cap + jnp.arange(cap, dtype=jnp.int32)
+            return (
+                perm[jnp.searchsorted(count, j + 1, method="compare_all")],
+                jnp.ones(cap, bool),
+                jnp.zeros((), jnp.int32),
+            )
         idx = jax.lax.dynamic_slice(order, ((t % per_epoch) * cap,), (cap,))
         return idx, jnp.ones(cap, bool), jnp.zeros((), jnp.int32)
 

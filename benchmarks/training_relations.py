@@ -32,6 +32,7 @@ audit of N runs per side for the zero-out cases (how far zero-out gets with many
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import sys
 import time
@@ -40,7 +41,6 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,29 +59,16 @@ DELTA = 1e-5
 CURVE = (0.25, 0.5, 1.0, 2.0)  # where the true delta(eps) is compared with the claim's
 
 
-def dividing_step(learning_rate: float, clip: float, noise: float, seed: int = 0):
-    """A user's DP step (the same as tests/test_training_relations.py's): clip, sum, add noise,
-    divide by the number of non-zero per-example gradients."""
+def _load_example(name: str):
+    """A function of docs/examples/dividing_step.py (a user's file, not part of the package)."""
+    path = Path(__file__).resolve().parents[1] / "docs" / "examples" / "dividing_step.py"
+    spec = importlib.util.spec_from_file_location("dividing_step_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
-    def init(params):
-        del params
-        return (jax.random.key(seed),)
 
-    def update(grads, state, params=None):
-        del params
-        norms = jax.vmap(optax.tree.norm)(grads)
-        count = jnp.maximum(jnp.sum(norms > 0), 1).astype(jnp.float32)
-        scale = jnp.minimum(1.0, clip / jnp.where(norms > 0, norms, 1.0))
-        summed = jax.tree.map(lambda g: jnp.tensordot(scale, g, 1), grads)
-        leaves, treedef = jax.tree.flatten(summed)
-        key, *keys = jax.random.split(state[0], len(leaves) + 1)
-        noisy = [
-            s + noise * clip * jax.random.normal(k, s.shape)
-            for s, k in zip(leaves, keys, strict=True)
-        ]
-        return jax.tree.unflatten(treedef, [-learning_rate * v / count for v in noisy]), (key,)
-
-    return optax.GradientTransformation(init, update)
+dividing_step = _load_example("dividing_step")
 
 
 # --- the true eps of the pair each audit compares ------------------------------------------------

@@ -4,7 +4,9 @@ and the accountant to what a step sees and what an audit certifies (docs/theory/
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -337,31 +339,16 @@ def test_the_default_canary_sees_a_step_that_does_not_clip():
 # --- twenty audits each (pytest -m slow; benchmarks/training_relations.py writes the summary) -----
 
 
-def dividing_step(learning_rate: float, clip: float, noise: float, seed: int = 0):
-    """A user's DP step as one might write it: clip, sum, add noise, divide by the number of
-    non-zero per-example gradients (the realized batch, as it sees it). It cannot tell a zeroed
-    row from an absent one, so zero-out and add/remove see the same leak."""
+def _load_example(name: str):
+    """A function of docs/examples/dividing_step.py (a user's file, not part of the package)."""
+    path = Path(__file__).resolve().parents[1] / "docs" / "examples" / "dividing_step.py"
+    spec = importlib.util.spec_from_file_location("dividing_step_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
-    def init(params):
-        del params
-        return (jax.random.key(seed),)
 
-    def update(grads, state, params=None):
-        del params
-        norms = jax.vmap(optax.tree.norm)(grads)
-        count = jnp.maximum(jnp.sum(norms > 0), 1).astype(jnp.float32)
-        scale = jnp.minimum(1.0, clip / jnp.where(norms > 0, norms, 1.0))
-        summed = jax.tree.map(lambda g: jnp.tensordot(scale, g, 1), grads)
-        leaves, treedef = jax.tree.flatten(summed)
-        key, *keys = jax.random.split(state[0], len(leaves) + 1)
-        noisy = [
-            s + noise * clip * jax.random.normal(k, s.shape)
-            for s, k in zip(leaves, keys, strict=True)
-        ]
-        updates = [-learning_rate * v / count for v in noisy]
-        return jax.tree.unflatten(treedef, updates), (key,)
-
-    return optax.GradientTransformation(init, update)
+dividing_step = _load_example("dividing_step")
 
 
 def _twenty(problem, runs: int = 20_000) -> int:

@@ -42,6 +42,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from cbdp_jax._src.training_ops import slot_batch
+
 
 class GhostLayer(NamedTuple):
     """One tapped layer: how its per-example gradient norms are computed.
@@ -271,13 +273,7 @@ def ghost_update(prep, tx, default_loss: bool) -> Callable | None:
     ]
 
     def update(params, state, idx, valid, present):
-        on_d = present > 0
-        is_slot = idx == prep.slot
-        x, y = prep.x[idx], prep.y[idx]
-        if prep.x_out is not None:  # replace-one: D''s slot holds the replaced example
-            out = is_slot & ~on_d
-            x = jnp.where(out.reshape((-1,) + (1,) * prep.x_out.ndim), prep.x_out[None], x)
-            y = jnp.where(out.reshape((-1,) + (1,) * prep.y_out.ndim), prep.y_out[None], y)
+        x, y, is_slot, on_d = slot_batch(prep, idx, present)
         w = valid.astype(jnp.float32)
         here = []
         if prep.canary_grad is not None:

@@ -123,3 +123,19 @@ def lone_response(tx, params, direction, grad, capacity: int, others=None) -> fl
     u1, _ = apply_step(tx, with_grad, state, params, mask)
     u0, _ = apply_step(tx, base, state, params, mask)
     return float(tree_dot(jax.tree.map(jnp.subtract, u1, u0), direction))
+
+
+def slot_batch(prep: Prepared, idx: jax.Array, present):
+    """A batch's inputs, with the canary's slot as each side holds it: ``(x, y, is_slot, on_d)``.
+
+    ``present`` > 0 is D. Under replace-one with a data example, D''s slot holds ``x_out, y_out``;
+    otherwise the slot's row is the data's (a fixed gradient, if any, replaces its loss's later).
+    """
+    on_d = present > 0
+    is_slot = idx == prep.slot
+    x, y = prep.x[idx], prep.y[idx]
+    if prep.x_out is not None:  # replace-one: D''s slot holds the replaced example
+        out = is_slot & ~on_d
+        x = jnp.where(out.reshape((-1,) + (1,) * prep.x_out.ndim), prep.x_out[None], x)
+        y = jnp.where(out.reshape((-1,) + (1,) * prep.y_out.ndim), prep.y_out[None], y)
+    return x, y, is_slot, on_d

@@ -45,6 +45,7 @@ from cbdp_jax._src.training_ops import (
     lone_response,
     per_example_grads,
     rekey,
+    slot_batch,
     tree_dot,
 )
 from cbdp_jax._src.training_probes import blind_spots, check_step
@@ -170,13 +171,7 @@ def _override(g, where, value):
 
 def batch_grads(prep: Prepared, params, idx, valid, present):
     """Per-example gradients ``[capacity, ...]`` of a step's batch, the canary's slot per side."""
-    on_d = present > 0
-    is_slot = idx == prep.slot
-    x, y = prep.x[idx], prep.y[idx]
-    if prep.x_out is not None:  # replace-one: D''s slot holds the replaced example
-        out = is_slot & ~on_d
-        x = jnp.where(out.reshape((-1,) + (1,) * prep.x_out.ndim), prep.x_out[None], x)
-        y = jnp.where(out.reshape((-1,) + (1,) * prep.y_out.ndim), prep.y_out[None], y)
+    x, y, is_slot, on_d = slot_batch(prep, idx, present)
     g = per_example_grads(prep.loss, prep.graphdef, params, x, y)
     g = _override(g, is_slot & on_d, prep.canary_grad)
     g = _override(g, is_slot & ~on_d, prep.neighbour_grad)

@@ -164,8 +164,9 @@ class BatchSampler:
 
     def _shuffled(self, plan, t, n: int, size, cap: int):
         """Epoch t // (size // b)'s permutation of the present slots, its (t mod that)-th batch."""
-        if isinstance(size, int) and size == n:
-            per_epoch, order = self.steps_per_epoch(n), plan[t // self.steps_per_epoch(n)]
+        if isinstance(size, int) and size == n:  # every slot present: the permutation's slice
+            per_epoch = self.steps_per_epoch(n)
+            idx = jax.lax.dynamic_slice(plan[t // per_epoch], ((t % per_epoch) * cap,), (cap,))
         else:  # the present slots in the permutation's order: a uniform permutation of them
             per_epoch = jnp.maximum(size // cap, 1)
             perm = plan[t // per_epoch]
@@ -173,12 +174,7 @@ class BatchSampler:
             # slots along the permutation (a cumulative sum and a search: no sort of n per step).
             count = jnp.cumsum((perm < size).astype(jnp.int32))
             j = (t % per_epoch) * cap + jnp.arange(cap, dtype=jnp.int32)
-            return (
-                perm[jnp.searchsorted(count, j + 1, method="compare_all")],
-                jnp.ones(cap, bool),
-                jnp.zeros((), jnp.int32),
-            )
-        idx = jax.lax.dynamic_slice(order, ((t % per_epoch) * cap,), (cap,))
+            idx = perm[jnp.searchsorted(count, j + 1, method="compare_all")]
         return idx, jnp.ones(cap, bool), jnp.zeros((), jnp.int32)
 
     def masks(self, key: jax.Array, n: int, steps: int, size: int | None = None) -> jax.Array:

@@ -23,7 +23,6 @@ import collections
 import json
 import math
 import re
-import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from cbdp_jax import InvalidParameterError, one_run
+from cbdp_jax._src.io import git_commit
 
 OUT = Path(__file__).parent / "measured" / "one-run" / "gaussian_scores.json"
 LEVEL, DELTA = 0.95, 1e-5
@@ -167,23 +167,13 @@ def run_case(case: dict, repeats: int, seed: int) -> dict:
     }  # fmt: skip
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args()
-    commit = _commit()  # the tree that runs, read before the (long) run
+    commit = git_commit() or "unknown"  # the tree that runs, read before the (long) run
     import importlib.metadata as md
 
     rows = []

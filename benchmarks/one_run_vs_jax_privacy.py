@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
 from cbdp_jax import InvalidParameterError, one_run
+from cbdp_jax._src.io import git_commit
 
 OUT = Path(__file__).parent / "measured" / "one-run" / "summary.json"
 LEVEL = 0.95
@@ -163,16 +163,6 @@ def run_case(case, repeats: int, seed: int) -> dict:
     }  # fmt: skip
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=50)
@@ -182,7 +172,7 @@ def main() -> None:
         "--only", default="", help="run only the cases whose kind is this (gdp, rr, rrj)"
     )
     args = p.parse_args()
-    commit = _commit()  # the tree that runs, read before the (long) run
+    commit = git_commit() or "unknown"  # the tree that runs, read before the (long) run
     import importlib.metadata as md
 
     rows = []

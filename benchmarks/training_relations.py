@@ -32,7 +32,6 @@ audit of N runs per side for the zero-out cases (how far zero-out gets with many
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import sys
 import time
@@ -47,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
 from cbdp_jax._src.accounting import dpsgd_epsilon  # noqa: E402
+from cbdp_jax._src.audit_io import import_attribute  # noqa: E402
 from cbdp_jax.audit import parse_claim  # noqa: E402
 from cbdp_jax.training_audit import (  # noqa: E402
     audit_training,
@@ -59,16 +59,11 @@ DELTA = 1e-5
 CURVE = (0.25, 0.5, 1.0, 2.0)  # where the true delta(eps) is compared with the claim's
 
 
-def _load_example(name: str):
-    """A function of docs/examples/dividing_step.py (a user's file, not part of the package)."""
-    path = Path(__file__).resolve().parents[1] / "docs" / "examples" / "dividing_step.py"
-    spec = importlib.util.spec_from_file_location("dividing_step_example", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
-
-
-dividing_step = _load_example("dividing_step")
+# A user's step in a user's file (docs/examples/), loaded as `--problem`-style specs are.
+dividing_step = import_attribute(
+    "step",
+    f"{Path(__file__).resolve().parents[1] / 'docs' / 'examples' / 'dividing_step.py'}:dividing_step",
+)
 
 
 # --- the true eps of the pair each audit compares ------------------------------------------------

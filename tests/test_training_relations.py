@@ -4,7 +4,6 @@ and the accountant to what a step sees and what an audit certifies (docs/theory/
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import training_audit as ta
 from cbdp_jax._src.accounting import dpsgd_delta, dpsgd_epsilon, parse_dpsgd
+from cbdp_jax._src.audit_io import import_attribute
 from cbdp_jax.audit import gdp_delta, parse_claim
 
 # --- samplers with an absent slot (the add/remove neighbour runs in D's program) -------------------
@@ -339,16 +339,11 @@ def test_the_default_canary_sees_a_step_that_does_not_clip():
 # --- twenty audits each (pytest -m slow; benchmarks/training_relations.py writes the summary) -----
 
 
-def _load_example(name: str):
-    """A function of docs/examples/dividing_step.py (a user's file, not part of the package)."""
-    path = Path(__file__).resolve().parents[1] / "docs" / "examples" / "dividing_step.py"
-    spec = importlib.util.spec_from_file_location("dividing_step_example", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
-
-
-dividing_step = _load_example("dividing_step")
+# A user's step in a user's file (docs/examples/), loaded as `--problem`-style specs are.
+dividing_step = import_attribute(
+    "step",
+    f"{Path(__file__).resolve().parents[1] / 'docs' / 'examples' / 'dividing_step.py'}:dividing_step",
+)
 
 
 def _twenty(problem, runs: int = 20_000) -> int:

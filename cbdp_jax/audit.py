@@ -6,8 +6,9 @@ Examples:
   >>> claim = audit.parse_claim("approx:1:1e-5")
   >>> claim.epsilon, claim.delta
   (1.0, 1e-05)
-  >>> round(claim.claimed_delta(0.5), 4)  # (eps, delta) implies delta + e^eps - e^eps' at eps' < eps
-  1.0696
+  >>> # (eps, delta) allows what the (eps, delta) randomized response reaches at eps' < eps:
+  >>> round(claim.claimed_delta(0.5), 4)  # delta + (1 - delta) (e^eps - e^eps') / (1 + e^eps)
+  0.2877
 
 """
 

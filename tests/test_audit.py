@@ -120,11 +120,58 @@ def test_parse_claim_forms():
     c = au.parse_claim("approx:1:1e-5")
     assert (c.epsilon, c.delta) == (1.0, 1e-5)
     assert c.claimed_delta(2.0) == 1e-5
-    assert c.claimed_delta(0.0) == pytest.approx(1e-5 + math.e - 1)
+    assert c.claimed_delta(0.0) == pytest.approx(1e-5 + (1 - 1e-5) * (math.e - 1) / (1 + math.e))
     r = au.parse_claim("renyi:4:0.8")
     assert (r.alpha, r.epsilon) == (4.0, 0.8)
     k = au.parse_claim("capacity:linear:renyi:2:0.3")
     assert (k.adversary, k.divergence, k.alpha, k.value) == ("linear", "renyi", 2.0, 0.3)
+
+
+def _rr_hockey_stick(eps: float, delta: float, gamma: float) -> float:
+    """E_gamma(P || Q) of the (eps, delta) randomized response, summed over its outcome space."""
+    w = (1.0 - delta) / (1.0 + math.exp(eps))
+    p = np.array(
+        [delta, w * math.exp(eps), w, 0.0]
+    )  # outcomes: "D for sure", "D", "D'", "D' for sure"
+    return float(np.sum(np.maximum(0.0, p - gamma * p[::-1])))
+
+
+@pytest.mark.parametrize("text", ["pure:0.5", "pure:1", "approx:1:1e-5", "approx:2:0.1", "pure:0"])
+def test_claimed_delta_is_the_randomized_responses_hockey_stick_curve(text):
+    # Kairouz, Oh, Viswanath 2015: every (eps, delta)-DP mechanism is dominated by the (eps, delta)
+    # randomized response, so its curve is the claim's. Checked against the outcome-space sum
+    # (independent of the closed form) at eps' on both sides of eps and of -eps; only rounding differs.
+    c = au.parse_claim(text)
+    for e in (-3.0, -1.0, -0.3, 0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 3.0):
+        assert c.claimed_delta(e) == pytest.approx(_rr_hockey_stick(c.epsilon, c.delta, math.exp(e)),
+                                                   abs=1e-12)  # fmt: skip
+    # The issue's example: pure:0.5 allows at most 0.138 at eps' = 0.25 (the old curve: 0.365).
+    if text == "pure:0.5":
+        assert c.claimed_delta(0.25) == pytest.approx(0.13769, abs=1e-5)
+    # Negative control: the RR pair at a larger eps exceeds the claimed curve below eps.
+    assert _rr_hockey_stick(c.epsilon + 0.1, c.delta, math.exp(c.epsilon / 2)) > c.claimed_delta(
+        c.epsilon / 2
+    )
+
+
+def test_claimed_delta_does_not_overflow_for_a_large_epsilon():
+    c = au.parse_claim("approx:800:1e-5")
+    assert c.claimed_delta(400.0) == pytest.approx(1.0, abs=1e-9)
+    assert c.claimed_delta(1200.0) == 1e-5
+
+
+def test_a_set_refutes_with_the_randomized_responses_trade_off():
+    # (eps, delta)-DP in both directions: P(S) <= e^eps Q(S) + delta and 1 - Q(S) <= e^eps (1 - P(S))
+    # + delta. A set with P(S) = 0.99, Q(S) = 0.5 refutes eps < log(0.5 / 0.01) via the complement.
+    from cbdp_jax._src.hockey_stick import tail_epsilon
+
+    assert tail_epsilon(0.99, 0.5, 0.0) == pytest.approx(math.log(50.0), rel=1e-12)
+    assert tail_epsilon(0.02, 0.001, 0.0) == pytest.approx(math.log(20.0), rel=1e-12)
+    # The RR pair itself meets both with equality: nothing above its own eps is refuted.
+    eps, delta = 1.0, 0.01
+    w = (1 - delta) / (1 + math.e)
+    p_s, q_s = delta + w * math.e, w  # S = the two outcomes that favour D
+    assert tail_epsilon(p_s, q_s, delta) == pytest.approx(eps, rel=1e-12)
 
 
 @pytest.mark.parametrize("relation", ["replace-one", "zero-out", "linf"])

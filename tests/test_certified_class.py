@@ -302,9 +302,9 @@ def test_empirical_epsilon_is_the_largest_eps_the_certified_curve_refutes():
         au.Row("histogram", "P||Q", 1.5, 0.0, 0.0, -0.02, 1.0, False),
     ]
     emp = au.empirical_epsilon(rows, 0.0, 0.95)
-    # eps' is refuted when some L_i > delta + max(0, e^eps' - e^eps_i): the largest is the maximum over
-    # i of log(e^eps_i + L_i - delta).
-    want = max(math.log(math.exp(0.5) + 0.30), math.log(math.exp(1.0) + 0.15))
+    # eps' is refuted when some L_i > delta + (1 - delta) max(0, e^eps' - e^eps_i) / (1 + e^eps'):
+    # the largest is the maximum over i of log((L_i - delta + (1 - delta) e^eps_i) / (1 - L_i)).
+    want = max(math.log((math.exp(0.5) + 0.30) / 0.70), math.log((math.exp(1.0) + 0.15) / 0.85))
     assert emp.epsilon == pytest.approx(want, rel=1e-12)
     assert dict(emp.curve) == {0.5: 0.30, 1.0: 0.15, 1.5: -0.02}
     # Every (eps, 0) claim below it is refuted by some row, and one just above it is not.

@@ -89,15 +89,39 @@ class Claim(NamedTuple):
     architecture_default: bool = False
 
     def claimed_delta(self, eps: float) -> float:
-        """delta(eps) implied by an (epsilon, delta) claim: delta + max(0, e^epsilon - e^eps).
+        """delta(eps) implied by an (epsilon, delta) claim: the (epsilon, delta) randomized response's.
+
+        Every (epsilon, delta)-DP mechanism is dominated by the (epsilon, delta) randomized response
+        (Kairouz, Oh, Viswanath 2015, Theorem 2.1), so its hockey-stick curve bounds theirs:
+        delta + (1 - delta) (max(0, e^epsilon - e^eps) + max(0, 1 - e^(epsilon + eps))) /
+        (1 + e^epsilon). The second term is 0 for eps >= -epsilon (every grid of an audit).
 
         A ``dpsgd:`` claim is the accountant's whole curve: the run claims (eps, delta(eps))-DP at
         every eps, so the smaller of the two is claimed.
+
+        References:
+          Kairouz, Oh, Viswanath 2015, "The composition theorem for differential privacy".
+
         """
-        implied = self.delta + max(0.0, math.exp(self.epsilon) - math.exp(eps))
+        implied = rr_delta(self.epsilon, self.delta, eps)
         if hasattr(self.source, "delta_at"):
             return min(implied, self.source.delta_at(eps))
         return implied
+
+
+def rr_delta(epsilon: float, delta: float, eps: float) -> float:
+    """E_{e^eps} of the (epsilon, delta) randomized response: the tight curve of an (epsilon, delta) claim.
+
+    The pair is P = (delta, (1 - delta) e^epsilon / (1 + e^epsilon), (1 - delta) / (1 + e^epsilon), 0)
+    and Q = P reversed; its hockey-stick divergence at gamma = e^eps, (1 - delta) times
+    (max(0, e^epsilon - e^eps) + max(0, 1 - e^(epsilon + eps))) / (1 + e^epsilon) above delta, is
+    computed with both terms divided by e^epsilon, so that a large epsilon does not overflow.
+    """
+    first = -math.expm1(eps - epsilon) / (1.0 + math.exp(-epsilon)) if eps < epsilon else 0.0
+    second = (
+        (math.exp(-epsilon) - math.exp(eps)) / (math.exp(-epsilon) + 1.0) if eps < -epsilon else 0.0
+    )
+    return delta + (1.0 - delta) * (first + second)
 
 
 def _num(text: str, name: str, claim: str) -> float:
@@ -392,12 +416,15 @@ class EmpiricalEpsilon(NamedTuple):
 
     For every grid point eps_i the audit certifies (family-wise) a lower bound L_i on
     delta(eps_i) = E_{e^eps_i}(P || Q). An (eps, delta) claim implies delta(eps_i) <= delta +
-    max(0, e^eps - e^eps_i), so it is refuted when some L_i exceeds that: every eps below
-    ``epsilon = max_i log(e^eps_i + L_i - delta)`` (over i with L_i > delta) is refuted at the audit's
-    level. A mu-GDP claim implies delta(eps) <= Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), which
+    (1 - delta) max(0, e^eps - e^eps_i) / (1 + e^eps) (the randomized response's curve,
+    :meth:`Claim.claimed_delta`), so it is refuted when some L_i exceeds that: solving for e^eps,
+    every eps below ``epsilon = max_i log((L_i - delta + (1 - delta) e^eps_i) / (1 - L_i))`` (over i
+    with L_i > delta) is refuted at the audit's level. A mu-GDP claim implies delta(eps) <= Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), which
     grows with mu: every mu below ``gdp_mu`` is refuted. A row of an indicator critic 1_S with exact
     bounds P(S) >= p_lower and Q(S) <= q_upper (``AuditConfig.tail_bounds``) refutes directly every
-    eps below log((p_lower - delta) / q_upper) (the claim gives P(S) <= e^eps Q(S) + delta) and every
+    eps below the larger of log((p_lower - delta) / q_upper) and log((1 - delta - q_upper) /
+    (1 - p_lower)) (the claim gives P(S) <= e^eps Q(S) + delta and, for the complement in the other
+    direction, 1 - Q(S) <= e^eps (1 - P(S)) + delta: the randomized response's trade-off) and every
     mu below Phi^-1(p_lower) - Phi^-1(q_upper); ``epsilon`` and ``gdp_mu`` are the largest of all.
 
     Attributes:
@@ -409,7 +436,8 @@ class EmpiricalEpsilon(NamedTuple):
 
     References:
       Nasr et al. 2023, "Tight auditing of differentially private machine learning"; Dong, Roth, Su
-      2022, "Gaussian differential privacy" (the GDP trade-off curve, Corollary 2.13).
+      2022, "Gaussian differential privacy" (the GDP trade-off curve, Corollary 2.13); Kairouz, Oh,
+      Viswanath 2015, "The composition theorem for differential privacy" (Theorem 2.1).
 
     """
 
@@ -474,14 +502,27 @@ def empirical_epsilon(rows, delta: float, confidence: float) -> EmpiricalEpsilon
     curve = tuple(sorted(best.items()))
     eps_hat, mu_hat = 0.0, 0.0
     for eps_i, low in curve:
-        if low > delta:
-            eps_hat = max(eps_hat, math.log(math.exp(eps_i) + low - delta))
+        eps_hat = max(eps_hat, refuted_epsilon(eps_i, low, delta))
         mu_hat = max(mu_hat, _refuted_mu(eps_i, low))
     for r in rows:  # a set's two exact bounds refute directly: P(S) <= e^eps Q(S) + delta
         if math.isfinite(r.p_lower) and math.isfinite(r.q_upper):
             eps_hat = max(eps_hat, hs.tail_epsilon(r.p_lower, r.q_upper, delta))
             mu_hat = max(mu_hat, _tradeoff_mu(r.p_lower, r.q_upper))
     return EmpiricalEpsilon(float(delta), eps_hat, mu_hat, curve, confidence)
+
+
+def refuted_epsilon(eps_i: float, lower: float, delta: float) -> float:
+    """The largest eps whose (eps, delta) claim a certified E_{e^eps_i} >= ``lower`` refutes (0 if none).
+
+    The claim allows delta + (1 - delta) (e^eps - e^eps_i) / (1 + e^eps) at eps_i (:func:`rr_delta`),
+    which grows with eps; ``lower`` exceeds it exactly when e^eps < (lower - delta + (1 - delta)
+    e^eps_i) / (1 - lower). Nothing is refuted when ``lower`` does not refute even eps = 0.
+    """
+    if not lower > rr_delta(0.0, delta, eps_i):
+        return 0.0
+    if lower >= 1.0:
+        return math.inf
+    return max(0.0, math.log((lower - delta + (1.0 - delta) * math.exp(eps_i)) / (1.0 - lower)))
 
 
 def _tradeoff_mu(p_lower: float, q_upper: float) -> float:

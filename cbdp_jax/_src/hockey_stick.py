@@ -437,10 +437,17 @@ def tail_epsilon(p_lower: float, q_upper: float, delta: float) -> float:
 
     (eps, delta)-DP gives P(S) <= e^eps Q(S) + delta, so every eps below log((p_lower - delta) /
     q_upper) is refuted (0 when nothing is). Nasr et al. 2023, eq. (1); Jagielski, Ullman, Oprea 2020.
+    Applied to the complement in the other direction (the claim holds for both orders of a
+    neighbouring pair) it gives 1 - Q(S) <= e^eps (1 - P(S)) + delta, which refutes every eps below
+    log((1 - delta - q_upper) / (1 - p_lower)); the larger of the two is returned. Together they are
+    the (eps, delta) randomized response's trade-off curve, the tight one (Kairouz, Oh, Viswanath 2015).
     """
-    if not (p_lower > delta and q_upper > 0):
-        return 0.0
-    return max(0.0, math.log((p_lower - delta) / q_upper))
+    eps = 0.0
+    if p_lower > delta and q_upper > 0:
+        eps = max(eps, math.log((p_lower - delta) / q_upper))
+    if 1.0 - delta - q_upper > 0 and p_lower < 1.0:
+        eps = max(eps, math.log((1.0 - delta - q_upper) / (1.0 - p_lower)))
+    return eps
 
 
 def fit_tail(

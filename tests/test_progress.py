@@ -1,5 +1,6 @@
 """Progress lines (issue 42): a count and an ETA on a terminal, one line of at most 80 columns,
-nothing when piped; the interrupt machinery's partial-write clean-up."""
+a plain line every 10 s when not a terminal (issue 49); the interrupt machinery's partial-write
+clean-up."""
 
 import io
 import os
@@ -44,13 +45,52 @@ def test_a_terminal_gets_one_rewritten_line_of_at_most_80_columns():
     assert text.rsplit("\r", 2)[-2].strip() == ""
 
 
-def test_nothing_is_written_when_the_stream_is_not_a_terminal():
+def test_a_short_run_writes_nothing_when_the_stream_is_not_a_terminal():
     out = io.StringIO()  # a pipe or a file: isatty() is False
     with Progress("x", total=3, stream=out, delay=0.0) as bar:
         for i in range(3):
             bar(i + 1, 3)
-    assert out.getvalue() == ""
+    assert out.getvalue() == ""  # done within LOG_SECONDS: a short command's log stays clean
     assert bar.done == 3  # it still counts (a caller may read it)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_redirected_log_gets_a_plain_line_every_ten_seconds_with_count_rate_and_eta():
+    out, clock = io.StringIO(), _Clock()  # a file: isatty() is False
+    bar = Progress("cbdp demo", total=12, unit="estimates", stream=out, clock=clock)
+    bar._ticker = (
+        object()
+    )  # no redraw thread: only the fake clock decides (the ticker redraws alike)
+    with bar:
+        for _ in range(12):
+            clock.now += 4.0  # one estimate every 4 s: lines at 12 s, 24 s, 36 s, 48 s at most
+            bar.advance()
+    text = out.getvalue()
+    assert "\r" not in text  # plain lines, no carriage returns
+    lines = text.splitlines()
+    assert lines[0] == "cbdp demo  3/12 estimates  25%  12s elapsed, 0.25 estimates/s, ETA 36s"
+    # at most one line per 10 s of the fake clock: 48 s of work, so 4 lines (12, 24, 36, 48 s)
+    assert len(lines) == 4 and lines[-1].startswith("cbdp demo  12/12 estimates  100%  48s")
+    # Negative control: the same run on a terminal rewrites one line instead
+    term = _Terminal()
+    with Progress("cbdp demo", total=2, stream=term, delay=0.0, clock=clock) as tbar:
+        tbar.advance()
+    assert "\r" in term.getvalue() and "\n" not in term.getvalue()
+
+
+def test_a_disabled_bar_writes_nothing_even_in_a_log():
+    out, clock = io.StringIO(), _Clock()
+    with Progress("x", total=2, stream=out, enabled=False, clock=clock) as bar:
+        clock.now += 60.0
+        bar.advance()
+    assert out.getvalue() == ""
 
 
 def test_the_eta_uses_the_rate_after_the_first_report():

@@ -7,8 +7,13 @@ error, at most 80 columns (fewer on a narrower terminal)::
     audit --suite  3/8 cases  38%  1m12s elapsed, ETA 1m58s
 
 and erases it when the work ends, so the output that follows starts on a clean line. When standard
-error is not a terminal (piped, redirected, under a test runner) it writes nothing: logs and captured
-output stay free of carriage returns. The ETA is the time left at the rate measured since the first
+error is not a terminal (piped, redirected, a batch job's or a CI log) it writes a plain line now and
+then instead, as tqdm does in logs: no carriage returns, at most one line every
+:data:`LOG_SECONDS` (10 s), the first once the work has run that long (so that a short command and a
+test runner's captured output stay silent), each with the count, the rate and the ETA::
+
+    cbdp demo  3/12 estimates  25%  31s elapsed, 0.097 estimates/s, ETA 1m33s
+ The ETA is the time left at the rate measured since the first
 report of a finished unit (so that start-up and compilation, paid before it, do not inflate it), or,
 until a second report, the elapsed time scaled by the share left (``elapsed * (total - done) /
 done``); it is shown once one unit is done.
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 MAX_COLUMNS = 80
+LOG_SECONDS = 10.0  # not a terminal: seconds between plain lines (and before the first)
 _REDRAW_SECONDS = 0.2
 _TICK_SECONDS = 1.0
 DELAY_SECONDS = 1.0  # a command done sooner never shows a bar
@@ -94,6 +100,7 @@ class Progress:
       delay: Seconds before the first draw (work done sooner leaves the screen untouched).
       eta: Seconds left, where the caller knows better than the rate so far (a cost table); None
         from it falls back to the rate.
+      clock: Seconds from a monotonic clock (a test passes a fake one).
 
     """
 
@@ -107,6 +114,7 @@ class Progress:
         enabled: bool | None = None,
         delay: float = DELAY_SECONDS,
         eta: Callable[[], float | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.done = 0
@@ -114,7 +122,8 @@ class Progress:
         self._enabled = enabled
         self.delay = delay
         self._eta = eta
-        self._start = time.monotonic()
+        self._clock = clock
+        self._start = clock()
         self._drawn = 0  # characters on the line now
         self._last = -float("inf")
         self._lock = threading.RLock()
@@ -130,8 +139,13 @@ class Progress:
 
     @property
     def shown(self) -> bool:
-        """Whether this bar writes anything."""
+        """Whether this bar rewrites a line (a terminal, or ``enabled=True``)."""
         return _is_terminal(self.stream) if self._enabled is None else self._enabled
+
+    @property
+    def logged(self) -> bool:
+        """Whether this bar writes plain lines now and then instead (not a terminal, not disabled)."""
+        return self._enabled is None and not self.shown
 
     def __call__(self, done: Any, total: int | None = None) -> None:
         """Records that ``done`` units of ``total`` (default: the total given before) are finished.
@@ -160,7 +174,7 @@ class Progress:
 
     def _update(self) -> None:
         if self._first is None and self.done > 0:
-            self._first = (time.monotonic(), self.done)
+            self._first = (self._clock(), self.done)
         self._draw(force=self.total is not None and self.done >= self.total)
 
     def eta(self) -> float | None:
@@ -174,22 +188,27 @@ class Progress:
         if self._first is None or not self.total or self.done <= self._first[1]:
             return None
         t1, n1 = self._first
-        rate = (self.done - n1) / max(time.monotonic() - t1, 1e-9)
+        rate = (self.done - n1) / max(self._clock() - t1, 1e-9)
         return (self.total - self.done) / rate
 
     def text(self, width: int | None = None) -> str:
         """The line as drawn now, cut to ``width`` columns (default: the terminal's, at most 80)."""
         if width is None:
             width = min(shutil.get_terminal_size((MAX_COLUMNS, 24)).columns, MAX_COLUMNS)
-        elapsed = time.monotonic() - self._start
+        elapsed = self._clock() - self._start
         full = line(self.label, self.done, self.total, elapsed, self.unit, self.eta())
         room = max(width - 1, 10)  # the cursor's column: a full-width line would wrap on some terms
         return full if len(full) <= room else full[: room - 3] + "..."
 
     def _draw(self, force: bool = False) -> None:
-        if self._closed or not self.shown:
+        if self._closed:
             return
-        now = time.monotonic()
+        if self.logged:
+            self._log()
+            return
+        if not self.shown:
+            return
+        now = self._clock()
         if now - self._start < self.delay or (not force and now - self._last < _REDRAW_SECONDS):
             return
         self._last = now
@@ -197,6 +216,19 @@ class Progress:
         _ACTIVE.add(self)
         self._write("\r" + text + " " * max(self._drawn - len(text), 0))
         self._drawn = len(text)
+
+    def _log(self) -> None:
+        """Not a terminal: a plain line when LOG_SECONDS have passed since the start or the last one."""
+        now = self._clock()
+        if now - max(self._start, self._last) < LOG_SECONDS:
+            return
+        self._last = now
+        elapsed = now - self._start
+        full = line(self.label, self.done, self.total, elapsed, self.unit, self.eta())
+        if self.done > 0 and elapsed > 0:
+            noun = self.unit or "units"
+            full = full.replace(" elapsed", f" elapsed, {self.done / elapsed:.3g} {noun}/s", 1)
+        self._write(full + "\n")
 
     def _write(self, text: str) -> None:
         try:
@@ -233,7 +265,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self._draw(force=True)
-        if self.shown and self._ticker is None:
+        if (self.shown or self.logged) and self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, name="cbdp-progress", daemon=True)
             self._ticker.start()
         return self
@@ -268,4 +300,12 @@ def for_terminal(label: str, total: int | None = None, *, unit: str = "") -> Pro
     return bar if bar.shown else None
 
 
-__all__ = ["MAX_COLUMNS", "Progress", "clear_all", "duration", "for_terminal", "line"]
+__all__ = [
+    "LOG_SECONDS",
+    "MAX_COLUMNS",
+    "Progress",
+    "clear_all",
+    "duration",
+    "for_terminal",
+    "line",
+]

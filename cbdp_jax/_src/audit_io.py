@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cbdp_jax._src.user_code import describe
 from cbdp_jax._src.validation import InvalidParameterError, check_int_at_least, check_key
 
 HOST_BATCH = 65536
@@ -115,7 +116,7 @@ class AuditMechanism:
                 out = draw(key, jnp.asarray(dataset), n)
             except Exception as exc:  # noqa: BLE001 - report any failure against the function
                 raise InvalidParameterError(
-                    f"mechanism {self.name} is invalid: raised {type(exc).__name__}: {exc}"
+                    f"mechanism {self.name} is invalid: raised {describe(exc)}"
                 ) from exc
             return _as_outputs(self.name, out, n)
         rng = host_rng(key)
@@ -125,9 +126,8 @@ class AuditMechanism:
             try:
                 out = self.fn(rng, np.asarray(dataset), m)
             except Exception as exc:  # noqa: BLE001 - report any failure against the function
-                msg = str(exc).splitlines()[0] if str(exc) else ""
                 raise InvalidParameterError(
-                    f"mechanism {self.name} is invalid: raised {type(exc).__name__}: {msg} "
+                    f"mechanism {self.name} is invalid: raised {describe(exc)} "
                     f"(called with a numpy Generator, dataset {np.asarray(dataset).tolist()!r}, n={m})"
                 ) from exc
             parts.append(_as_outputs(self.name, out, m))
@@ -169,7 +169,7 @@ def import_attribute(name: str, spec: Any) -> Callable:
             loader.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - report any import failure against the file
             raise InvalidParameterError(
-                f"{name}={spec!r} is invalid: {where} failed to import: {type(exc).__name__}: {exc}"
+                f"{name}={spec!r} is invalid: {where} failed to import: {describe(exc)}"
             ) from exc
     else:
         try:

@@ -29,6 +29,7 @@ from flax import nnx
 
 from cbdp_jax._src.accounting import RELATIONS
 from cbdp_jax._src.batch_sampling import BatchSampler
+from cbdp_jax._src.user_code import describe
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -344,13 +345,34 @@ def load_problem(spec: str) -> TrainingProblem:
     except InvalidParameterError as exc:
         raise InvalidParameterError(f"problem={spec!r} is invalid: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any failure of the user's factory
-        first = str(exc).splitlines()[0] if str(exc) else ""
         raise InvalidParameterError(
-            f"problem={spec!r} is invalid: it raised {type(exc).__name__}: {first}"
+            f"problem={spec!r} is invalid: it raised {describe(exc)}"
         ) from exc
     if not isinstance(problem, TrainingProblem):
         raise InvalidParameterError(
             f"problem={spec!r} is invalid: it returned {type(problem).__name__}, must return a "
             "cbdp_jax.training_audit.TrainingProblem"
         )
+    check_model_on_data(problem, f"problem={spec!r}")
     return problem
+
+
+def check_model_on_data(problem: TrainingProblem, what: str) -> None:
+    """The model and loss run on one example of the data (traced, nothing computed or changed).
+
+    A model that expects another input width, or a loss that does not fit the labels, otherwise
+    fails deep inside the compiled training program; here it is one line naming the user's file and
+    line (:func:`~cbdp_jax._src.user_code.describe`).
+    """
+    import jax
+
+    x, y = (np.asarray(a) for a in problem.data)
+    loss = problem.loss_fn or cross_entropy
+    graphdef, state = nnx.split(problem.model)
+    try:
+        jax.eval_shape(lambda s: loss(nnx.merge(graphdef, s), x[:1], y[:1]), state)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's model or loss
+        raise InvalidParameterError(
+            f"{what} is invalid: its model and loss_fn fail on one example of its data (x "
+            f"{list(x.shape[1:])} per example): {describe(exc)}"
+        ) from exc

@@ -78,16 +78,40 @@ for _name, _callback in COMMANDS.items():
     app.command(_name, help=_help(_callback))(_callback)
 
 
+@app.callback()
+def _options(
+    debug: bool = typer.Option(
+        False, "--debug", help="print the full traceback of an error (also: CBDP_DEBUG=1)"
+    ),
+) -> None:
+    """Options of every command (given before the command's name: cbdp --debug audit ...)."""
+    from cbdp_jax._src.user_code import set_debug
+
+    set_debug(debug)
+
+
 def main() -> None:
     """Console entry point: runs the app, turning bad input into a one-line error and exit 2.
 
     Ctrl-C (``KeyboardInterrupt``, which typer turns into ``Exit(130)``, raised or returned) ends with
     one line ``interrupted`` on stderr and status 130. XLA running out of memory ends with one line and
-    status 1 (sizes the command line can check beforehand are refused with status 2).
+    status 1 (sizes the command line can check beforehand are refused with status 2), and so does any
+    other exception: its type, message and the file and line that raised it (the user's own code
+    where it was there). ``cbdp --debug`` or ``CBDP_DEBUG=1`` prints the full traceback as well.
     """
+    from cbdp_jax._src.user_code import (
+        debug_enabled,
+        internal_error_text,
+        print_traceback,
+        set_debug,
+    )
+
+    set_debug(False)
     try:
         code = app(standalone_mode=False)
     except InvalidParameterError as exc:
+        if debug_enabled():  # the traceback of what raised it (a user's code: its own frames)
+            print_traceback(exc)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except typer.Exit as exc:
@@ -103,9 +127,10 @@ def main() -> None:
         from cbdp_jax._src.sizes import out_of_memory_text
 
         line = out_of_memory_text(exc)
-        if line is None:
+        if debug_enabled():
             raise
-        typer.echo(f"error: {line}", err=True)  # one line, not XLA's traceback
+        # one line, not a traceback: XLA's out-of-memory error, or where the exception was raised
+        typer.echo(f"error: {line or internal_error_text(exc)}", err=True)
         sys.exit(1)
     if code == 130:  # no command returns 130: typer's Exit(130) for a KeyboardInterrupt, returned
         _interrupted()

@@ -10,12 +10,18 @@ from typing import Annotated, Any
 import typer
 
 from cbdp_jax._src.display import number
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
+from cbdp_jax._src.validation import (
+    InvalidParameterError,
+    check_choice,
+    check_int_at_least,
+    check_output_folder,
+)
 from cbdp_jax.cli._common import (
     FORMATS,
     _check_adversary_flags,
     _echo_wrapped,
     _fail,
+    _given,
     _parse_floats,
     _parse_sensitivity,
 )
@@ -75,6 +81,7 @@ def _run_sweep_here_or_launch(job, out: Path, processes: int, devices: int | Non
 
 
 def sweep_cmd(
+    ctx: typer.Context,
     mechanism: Annotated[str, typer.Option(help="laplace or gaussian")] = "laplace",
     epsilon: Annotated[str | None, typer.Option(help="Laplace epsilons, e.g. 0.5,1,2")] = None,
     sigma: Annotated[str | None, typer.Option(help="Gaussian sigmas, e.g. 1,2")] = None,
@@ -114,6 +121,10 @@ def sweep_cmd(
 ) -> None:
     """Sweep a grid (mechanism parameters x orders x seeds) in one sharded program per unit.
 
+    Give the grid: --epsilon (laplace) or --sigma (gaussian), and --out, the folder the results go
+    to. For example: cbdp sweep --mechanism laplace --epsilon 0.5,1,2 --divergence renyi --alpha 2,4
+    --seeds 2 --out sweep_out (writes sweep_out/sweep.json).
+
     The member axis is sharded over every device; --processes N starts N local processes joined by
     jax.distributed (free loopback port, gloo CPU collectives) and gathers their results. Resumable:
     one unit per mechanism parameter under OUT/.units/sweep; files are written by process 0 only.
@@ -121,7 +132,6 @@ def sweep_cmd(
     from cbdp_jax._src.launch import DistributedError
 
     check_choice("format", output_format, FORMATS)
-    check_output_folder("out", out)
     options = {"width": width, "depth": depth, "degree": degree, "features": features}
     config = {"steps": steps, "eval_every": eval_every, "batch_size": batch_size,
               "val_samples": val_samples, "test_samples": test_samples, "eval_chunk": eval_chunk}  # fmt: skip
@@ -133,6 +143,9 @@ def sweep_cmd(
             f"coordinator={coordinator!r}, num_processes={num_processes!r}, "
             f"process_id={process_id!r} is invalid: give all three or none"
         )
+    check_int_at_least("processes", processes, 1)
+    _check_asked(mechanism, epsilon, sigma, ctx)
+    check_output_folder("out", out)
     try:
         record = _run_sweep_here_or_launch(job, out, processes, devices_per_process, given,
                                            timeout, heartbeat_timeout)  # fmt: skip
@@ -141,6 +154,20 @@ def sweep_cmd(
     if record["written_by_process"] != 0:
         return
     _print_sweep(record, output_format, out)
+
+
+def _check_asked(mechanism: str, epsilon, sigma, ctx) -> None:
+    """A sweep writes files: it runs only on a grid and a folder the user named (no default run)."""
+    name = "epsilon" if mechanism == "laplace" else "sigma"
+    missing = [n for n, v in ((name, epsilon if name == "epsilon" else sigma),
+                              ("out", "out" in _given(ctx, ("out",)) or None)) if v is None]  # fmt: skip
+    if missing:
+        raise InvalidParameterError(
+            f"{', '.join(n + '=None' for n in missing)} is invalid: cbdp sweep runs only the grid "
+            f"you give and writes only to the folder you name: give --{name} (mechanism "
+            f"{mechanism!r}) and --out, e.g. cbdp sweep --mechanism laplace --epsilon 0.5,1,2 --out "
+            "sweep_out (see cbdp sweep --help)"
+        )
 
 
 def _print_sweep(record: dict[str, Any], output_format: str, out: Path) -> None:

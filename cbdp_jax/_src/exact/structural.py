@@ -21,6 +21,7 @@ def _structural(
     # Gaussian KL: log(p / q)(x) = (||v||^2 - 2 v.x) / (2 s^2) is affine, so h* = 1 + log(p / q), the
     # unrestricted optimum of the plain f-form, lies in every class containing the affine functions.
     v = np.asarray(pair.shift)
+    _check_gaussian_kl_representable(float(np.linalg.norm(v)), float(pair.scale))
     s2 = pair.scale**2
     value = float(v @ v) / (2.0 * s2)
     theta = np.zeros(1 + (pair.dim if adv.kind == "linear" else adv.degree))
@@ -33,6 +34,28 @@ def _structural(
             "attains the unrestricted KL ||v||^2 / (2 sigma^2) (docs/theory/exact_solver.md, section 4)"
         ),
         theta,
+    )
+
+
+def _check_gaussian_kl_representable(norm: float, sigma: float) -> None:
+    """||v||^2 / (2 sigma^2), and h's slope ||v|| / sigma^2, must be finite in float64.
+
+    The divergence is finite for every sigma > 0, but beyond float64's largest number (about 1.8e308)
+    it would print as inf, which means an infinite divergence: refused instead, naming sigma and the
+    smallest sigma whose value is representable.
+    """
+    big = math.log(np.finfo(np.float64).max)
+    log_value = 2.0 * (math.log(norm) - math.log(sigma)) - math.log(2.0)
+    log_slope = math.log(norm) - 2.0 * math.log(sigma)
+    if max(log_value, log_slope) < big - 1.0:
+        return
+    smallest = max(
+        norm / math.sqrt(2.0 * math.exp(big - 1.0)), math.sqrt(norm / math.exp(big - 1.0))
+    )
+    raise InvalidParameterError(
+        f"sigma={sigma!r} is invalid: the Gaussian KL ||v||^2 / (2 sigma^2) is finite but about "
+        f"1e{log_value / math.log(10.0):.0f}, beyond float64's range (about 1.8e308); use sigma >= "
+        f"{smallest:.3g} for this shift"
     )
 
 

@@ -1,13 +1,16 @@
-"""Regenerates docs/figures/audit_example (audit.json and report.png): the README's audit example.
+"""Regenerates docs/figures/audit_example (audit.json, report.png, output.txt): the README's audit example.
 
 Usage (from the repository root): python docs/make_audit_example.py
 
 The README shows the command with ``--out audit_example`` (a folder of the user's); this script runs the
-same command into the committed folder, so the figure the README links is the one that command makes.
+same command into the committed folder, so the figure the README links is the one that command makes,
+and keeps what it printed at 80 columns in ``output.txt``: the README's shown output is that text with
+rows left out where it says ``...`` (tests/test_new_user.py checks it line by line).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +27,11 @@ COMMAND = [
 def main() -> int:
     """Runs the example into docs/figures/audit_example; 0 when it certifies the violation it shows."""
     proc = subprocess.run(
-        [sys.executable, "-m", "cbdp_jax.cli", *COMMAND, "--out", str(OUT)], cwd=ROOT, check=False
-    )
+        [sys.executable, "-m", "cbdp_jax.cli", *COMMAND, "--out", str(OUT)], cwd=ROOT, check=False,
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    sys.stderr.write(proc.stderr)
+    (OUT / "output.txt").write_text(proc.stdout)
     # exit status 1 = a violation certified, which is what the example shows
     return 0 if proc.returncode == 1 else 1
 

@@ -128,7 +128,9 @@ def test_relation_reaches_the_runs_and_the_accounted_claim(fast):
     assert rec["relation"] == "zero-out" and rec["training"]["relation"] == "zero-out"
     assert rec["claim"].endswith("relation=zero-out")
     assert rec["claimed"]["source"]["relation"] == "zero-out"
-    assert rec["training"]["pair"] == "D: canary in, D': its gradient zeroed (zero-out)"
+    assert rec["training"]["pair"] == (
+        "D: the canary in; D': its zero-out neighbour, the canary's gradient zeroed"
+    )
 
 
 def test_problem_from_a_users_file_with_a_custom_loss(fast):

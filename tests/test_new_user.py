@@ -147,3 +147,107 @@ def test_sweep_without_a_grid_refuses_and_writes_nothing(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit):
         cli.main()
     assert "--epsilon 0.5,1,2" in " ".join(capsys.readouterr().out.split())
+
+
+def test_calibrate_gaussian_kl_over_several_steps_is_the_closed_form():
+    # T steps of N(0, s^2) vs N(1, s^2), linear class, KL: T / (2 s^2) (log p/q affine in the sum),
+    # so the target 1 needs s = sqrt(T / 2). It raised TypeError for T > 1 (the structural value
+    # has no solver solution to take a slope from).
+    from cbdp_jax.calibration import calibrate
+
+    for steps in (1, 10, 1000):
+        res = calibrate("gaussian", 1.0, "linear", "kl", steps=steps)
+        assert res.noise == pytest.approx((steps / 2.0) ** 0.5, rel=1e-6)
+        assert res.value == pytest.approx(1.0, rel=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes: refused by the memory held at once, never by a count of streamed work
+# ---------------------------------------------------------------------------------------------
+
+GIB = 2**30
+
+
+@pytest.fixture()
+def sixteen_gib(monkeypatch):
+    from cbdp_jax._src import sizes
+
+    monkeypatch.setattr(sizes, "available_bytes", lambda: 16 * GIB)
+
+
+def test_audit_sizes_refuse_by_memory_and_keep_streamed_training_runs(sixteen_gib):
+    from cbdp_jax._src import sizes
+    from cbdp_jax._src.validation import InvalidParameterError
+    from cbdp_jax.cli.audit_training import _check_runs_fit
+
+    # 10^11 samples per side: 2 x 10^11 x 144 bytes, far beyond 16 GiB
+    assert sizes.audit_bytes(10**11) == 2 * 10**11 * 144
+    with pytest.raises(InvalidParameterError, match=r"samples=100000000000 is invalid: .* GiB of"):
+        sizes.check_memory_for_audit(10**11, 20_000, 1)
+    # A training audit streams its runs (chunks of trainings); only the scores are held: 10^7 runs
+    # per side hold about 2.7 GiB, allowed on a 16 GiB machine; 10^11 are refused naming --runs.
+    assert sizes.audit_bytes(10**7, 1) < 3 * GIB
+    _check_runs_fit(10**7)
+    with pytest.raises(
+        InvalidParameterError, match=r"runs=100000000000 is invalid.*use fewer runs"
+    ):
+        _check_runs_fit(10**11)
+    # The output's width counts: a 10-value output holds 2.5x a 1-value one (360 vs 144 per sample).
+    assert sizes.audit_bytes(10**6, 10) == 2.5 * sizes.audit_bytes(10**6, 1)
+
+
+def test_a_huge_audit_is_refused_before_any_draw(tmp_path, monkeypatch, capsys, sixteen_gib):
+    from cbdp_jax._src import audit_io
+
+    (tmp_path / "mech.py").write_text(
+        "import numpy as np\n\ndef m(rng, d, n):\n    return np.sum(d) + rng.laplace(0, 2, n)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+
+    def never(*a, **k):
+        raise AssertionError("drew samples")
+
+    monkeypatch.setattr(audit_io.AuditMechanism, "sample", never)
+    code, _, err = _run(monkeypatch, capsys, "audit", "mech.py:m", "--claim", "pure:0.5", "--d",
+                        "[1,0,1]", "--d-prime", "[1,0,0]", "--samples", "100000000000")  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "samples=100000000000 is invalid" in err and "GiB of memory" in err
+    code, _, err = _run(monkeypatch, capsys, "audit", "--suite", "--samples", "100000000000")
+    assert code == 2 and "samples=100000000000 is invalid" in err and "case" not in err
+    code, _, err = _run(monkeypatch, capsys, "audit-training", "--runs", "100000000000")
+    assert code == 2 and "runs=100000000000 is invalid" in err
+
+
+def test_sweep_sizes_name_the_option_that_holds_the_memory(tmp_path, monkeypatch, capsys,
+                                                           sixteen_gib):  # fmt: skip
+    from cbdp_jax._src.sizes import sweep_bytes
+
+    monkeypatch.chdir(tmp_path)
+    for option in ("--seeds", "--batch-size", "--val-samples", "--eval-chunk"):
+        code, _, err = _run(monkeypatch, capsys, "sweep", "--epsilon", "1", "--out", "o", option,
+                            "100000000000")  # fmt: skip
+        name = option[2:].replace("-", "_")
+        assert code == 2 and f"{name}=100000000000 is invalid" in err, err
+        assert f"use a smaller {option}" in err and not (tmp_path / "o").exists()
+    # Test samples stream chunk by chunk: they do not count (a long sweep stays allowed).
+    kw = dict(batch_size=4096, val_samples=8192, eval_chunk=16384, dim=1, units=32)
+    assert sweep_bytes(4, **kw) < GIB
+
+
+def test_the_readme_audit_example_shows_what_the_command_prints():
+    # docs/make_audit_example.py keeps the command's output (80 columns) in output.txt; the README
+    # shows it with rows left out at "...": every other line, in order, is a line of that output.
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    printed = (root / "docs" / "figures" / "audit_example" / "output.txt").read_text().splitlines()
+    readme = (root / "README.md").read_text()
+    block = readme.split("cbdp audit: docs/examples/noisy_mean.py:noisy_mean, claim pure:1\n", 1)[1]
+    shown = ["cbdp audit: docs/examples/noisy_mean.py:noisy_mean, claim pure:1",
+             *block.split("```", 1)[0].splitlines()]  # fmt: skip
+    at = 0
+    for line in (ln for ln in shown if ln.strip() and ln.strip() != "..."):
+        assert line in printed[at:], f"{line!r} is not printed (after line {at})"
+        at = printed.index(line, at) + 1
+    # the first rows shown are the first printed: eps' = 0.5 comes first
+    assert shown[4] == printed[4] and " 0.5 " in shown[4]

@@ -213,6 +213,15 @@ def parse_dpsgd(text: str) -> DpsgdClaim:
         name, value = part.split("=", 1)
         fields[name.strip()] = value.strip()
     known = {"noise", "rate", "steps", "delta", "sampling", "relation", "accountant"}
+    for k, kind in (("noise", float), ("rate", float), ("steps", int), ("delta", float)):
+        try:  # a bad value is named before a missing key (the key is there, its value is wrong)
+            if k in fields:
+                kind(fields[k])
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise InvalidParameterError(
+                f"claim={text!r} is invalid: {k}={fields[k]!r} must be {what}; must be {form}"
+            ) from None
     missing = [k for k in ("noise", "rate", "steps", "delta") if k not in fields]
     unknown = sorted(set(fields) - known)
     if missing or unknown:

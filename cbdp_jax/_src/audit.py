@@ -801,7 +801,12 @@ def _critic_plane(xp: np.ndarray, xq: np.ndarray, gamma: float) -> tuple[np.ndar
 def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[Row], int]:
     n = min(len(xp), len(xq))
     n_train = int(n * config.train_fraction)
-    grid = [claim.epsilon * g for g in config.eps_grid] if claim.epsilon > 0 else [0.0]
+    # 12 significant digits: a grid point eps * (e / eps) reads e, not 0.9999999999999999, in the JSON
+    grid = (
+        [float(f"{claim.epsilon * g:.12g}") for g in config.eps_grid]
+        if claim.epsilon > 0
+        else [0.0]
+    )
     tails = 2 if config.tail_bounds else 0
     family = len(grid) * len(config.classes) * 2 + tails
     rows = []
@@ -928,11 +933,12 @@ def _verdict(rows: list[Row], claim: Claim, family: int, config: AuditConfig, n_
     # a violation of size v needs E_P h >= v, so the terms' spread is at least about sqrt(v)
     spread = max(best.std, math.sqrt(config.violation_size))
     needed = hs.samples_needed(config.violation_size, spread, config.confidence, family)
-    strongest = (
-        f"{best.lower_bound:.4g} ({best.critic} {best.direction})"
-        if math.isfinite(best.lower_bound)
-        else "none (every bound refused or not on the claimed class)"
-    )
+    if best.lower_bound > 0 and math.isfinite(best.lower_bound):  # as the table shows it
+        strongest = f"{best.lower_bound:.4g} ({best.critic} {best.direction})"
+    elif math.isfinite(best.lower_bound):
+        strongest = "none (every certified lower bound is at or below 0)"
+    else:
+        strongest = "none (every bound refused or not on the claimed class)"
     guarantee = best.guarantee if math.isfinite(best.lower_bound) else "none"
     if guarantee == "asymptotic":
         strongest += ", an asymptotic bound"
@@ -989,6 +995,7 @@ def audit(
     start = time.perf_counter()
     mech = mechanism if isinstance(mechanism, AuditMechanism) else load_mechanism(mechanism)
     claim = claim if isinstance(claim, Claim) else parse_claim(claim)
+    _check_memory(mech, pair, space, config)
     k_screen, k_cert, k_fit = jax.random.split(key, 3)
     screened: list[dict] = []
     if pair is None:
@@ -1044,6 +1051,18 @@ def audit(
         {k: finite_or(v) if isinstance(v, float) else v for k, v in claimed.items()}, point,
         guarantee,
     )  # fmt: skip
+
+
+def _check_memory(mech, pair, space, config: AuditConfig) -> None:
+    """The samples of one pair must fit in memory (one line naming the bytes, before any draw)."""
+    from cbdp_jax._src import sizes
+
+    dataset = pair[0] if pair is not None else np.zeros(space.shape) if space is not None else None
+    # a training's output is its one score (tracing it would trace the whole training program)
+    traced = dataset is not None and not hasattr(mech, "problem")
+    dim = mech.output_dim(dataset) if traced else 1
+    noun = getattr(mech, "sample_noun", "samples")
+    sizes.check_memory_for_audit(config.samples, config.screen_samples, dim, noun)
 
 
 def _progress_teller(progress: Callable | None, total: int) -> Callable[[int], None]:

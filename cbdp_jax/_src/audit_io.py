@@ -106,6 +106,15 @@ class AuditMechanism:
             return False
         return isinstance(out, jax.ShapeDtypeStruct) and out.shape[:1] == (4,)
 
+    def output_dim(self, dataset: Any) -> int:
+        """Values per output on ``dataset`` (traced, never run); 1 for a host function (unknown)."""
+        try:
+            out = jax.eval_shape(lambda k: self.fn(k, jnp.asarray(dataset), 4), jax.random.key(0))
+        except Exception:  # noqa: BLE001 - a function that does not trace runs on the host
+            return 1
+        shape = getattr(out, "shape", (4,))
+        return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
     def sample(self, key: jax.Array, dataset: Any, n: int) -> np.ndarray:
         """N outputs on ``dataset`` as float64 ``[n, d]`` (jitted when the function traces)."""
         check_key(key)

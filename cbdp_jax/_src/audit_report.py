@@ -17,12 +17,16 @@ def _short(x, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def plot_report(result: AuditResult, path: Path) -> None:
+def plot_report(result: AuditResult, path: Path, pair_text: str | None = None) -> None:
     """One page: the certified bound per class over the grid beside the claimed curve, and the pair.
 
     Each class's curve is the larger of its two directions' certified bounds at each grid point.
+    The title is wrapped (never cut at the page's edges); ``pair_text`` says what D and D' are where
+    their values mean nothing to a reader (a training audit's ``[1.0]`` and ``[0.0]``).
     """
     import matplotlib
+
+    from cbdp_jax._src.display import wrap
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -47,7 +51,8 @@ def plot_report(result: AuditResult, path: Path) -> None:
         ax.plot(grid, ys, "o-", label=f"certified: {critic}")
     ax.set_xlabel("epsilon" if is_eps else "alpha")
     ax.set_ylabel("delta(epsilon) = E_{e^eps} lower bound" if is_eps else "divergence lower bound")
-    ax.set_title(f"cbdp audit: {result.mechanism}  claim {result.claim}", fontsize=10)
+    title = wrap(f"cbdp audit: {result.mechanism}  claim {result.claim}", 80, indent="")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     text_ax.axis("off")
@@ -55,8 +60,11 @@ def plot_report(result: AuditResult, path: Path) -> None:
         ("VIOLATION" if result.violation else "no violation found")
         + f" (family-wise {100 * result.confidence:g}%, K = {result.family_size})",
         *textwrap.wrap(result.verdict, 100),
-        f"D  = {_short(result.pair[0])}",
-        f"D' = {_short(result.pair[1])}",
+        *(
+            [pair_text]
+            if pair_text
+            else [f"D  = {_short(result.pair[0])}", f"D' = {_short(result.pair[1])}"]
+        ),  # fmt: skip
         f"{result.samples} samples per side (fresh), {len(result.screened)} pairs screened, "
         f"{result.seconds:.1f} s",
     ]
@@ -77,5 +85,6 @@ def write_report(result: AuditResult, out: Path, extra: dict | None = None) -> d
     out.mkdir(parents=True, exist_ok=True)
     record = result.to_dict() | (extra or {})
     atomic_write_json(out / "audit.json", record)
-    plot_report(result, out / "report.png")
+    pair_text = ((extra or {}).get("training") or {}).get("pair")
+    plot_report(result, out / "report.png", pair_text=pair_text)
     return record

@@ -179,6 +179,9 @@ def value_and_slope(
     if case == "sum":
         law, unit = _sum_law(pair, steps)
         res, sol = _solve(pair, law, unit, name, "linear", 1, a)
+        if sol is None:  # Gaussian KL: log(p/q) is affine in the T steps, T ||v||^2 / (2 sigma^2)
+            v2 = float(np.dot(pair.shift, pair.shift))
+            return _times(res, steps, res.reason), lambda: -steps * v2 / noise**3
         why = (
             f"linear class, {steps} steps: reduced exactly to the sum S of the steps (permutation "
             "symmetry), theta = (b, a) for h = b + a S"

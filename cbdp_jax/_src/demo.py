@@ -111,10 +111,11 @@ def render_table(
 ) -> str:
     """The demo's tables (one per mechanism and divergence) and legend, at most ``width`` columns.
 
-    ``width`` defaults to the terminal's (``$COLUMNS``, 80 when unset and piped). A row whose bound is
-    on the bounded class ``B tanh(H / B)`` is marked with a letter and has its own line below the
-    table: that class's held-out estimate, which the bound sits under (the named class's estimate
-    may be smaller than a bound on another class).
+    ``width`` defaults to the terminal's (``$COLUMNS``, 80 when unset and piped). A bound on the
+    bounded class ``B tanh(H / B)`` is shown in a row of that class, under its own name and beside
+    its own held-out estimate (the named class's estimate and exact value may be smaller than a
+    bound on another class); a bound on a shrunk critic far from the row's estimate is marked with a
+    letter and explained below the table.
     """
     import textwrap
 
@@ -146,7 +147,9 @@ _LEGEND = (
     "at or below the exact value up to noise; the one-sided 95% bound lies below the true value in "
     "95% of runs, so about one row in twenty may sit above it by chance. '(refused)': the "
     "asymptotic bound's assumption failed on the held-out data (a tail too heavy to trust the "
-    "CLT), so the bound is the trivial 0."
+    "CLT), so the bound is the trivial 0. '└ tanh B=b': the class of the row above bounded by b, "
+    "b tanh(H / b), with its own held-out estimate; where a class's bound falls back to it, the "
+    "bound is on that row (below its estimate and the unrestricted value, not on exact (H))."
 )
 
 
@@ -164,6 +167,12 @@ def _case_table(case: tuple[str, str], rows: list[dict[str, Any]], notes: list[s
         )
     for r in rows:
         bound = _f(r["lower_bound"]) + ("" if r["bound_reliable"] else " (refused)")
+        if _on_another_class(r):  # the bound gets the row of the class it is on, under its own name
+            table.add_row(r["adversary"], _f(r["estimate"]), _f(r["std_error"]), "-",
+                          _f(r["exact_restricted"]), _f(r["unrestricted"]))  # fmt: skip
+            table.add_row(_bounded_label(r["certified_class"]), _f(r["certified_estimate"]), "-",
+                          bound, "-", _f(r["unrestricted"]))  # fmt: skip
+            continue
         note = _bound_note(r)
         if note is not None:
             mark = chr(ord("a") + len(notes))
@@ -180,21 +189,35 @@ def _case_table(case: tuple[str, str], rows: list[dict[str, Any]], notes: list[s
     return table
 
 
+def _on_another_class(r: dict[str, Any]) -> bool:
+    """Whether the row's bound is on the bounded class B tanh(H / B) (guarantee 'auto' fell back).
+
+    Such a row is shown as two: the named class with its estimate and exact value and no bound, then
+    the bounded class under its own name with its own held-out estimate and the bound, which sits
+    under that estimate and under the unrestricted value, not under the named class's exact value.
+    """
+    own = r.get("certified_estimate")
+    return (not r["bound_on_named_class"] and own is not None and math.isfinite(own)
+            and bool(r.get("certified_class")))  # fmt: skip
+
+
+def _bounded_label(name: str) -> str:
+    """``'3.837*tanh(mlp(32x2)/3.837)'`` as ``'└ tanh B=3.84'``: the class above it, bounded by B."""
+    import re
+
+    m = re.match(r"^\s*([0-9.eE+-]+)\s*\*\s*tanh\(", name)
+    return f"└ tanh B={float(m.group(1)):.3g}" if m else f"└ {name}"
+
+
 def _bound_note(r: dict[str, Any]) -> str | None:
     """Why a row's bound is not a bound under its estimate, with the estimate it is under; else None.
 
-    The bound is on another class (``B tanh(H / B)``, when guarantee 'auto' fell back to it), or on
-    a shrunk critic whose held-out estimate lies more than two standard errors from the row's.
+    The bound is on a shrunk critic whose held-out estimate lies more than two standard errors from
+    the row's (a bound on another class gets a row of its own instead, :func:`_on_another_class`).
     """
     own = r.get("certified_estimate")
     if own is None or not math.isfinite(own):
         return None
-    if not r["bound_on_named_class"]:
-        return (
-            f"the bound {_f(r['lower_bound'])} is on the bounded class {r['certified_class']} "
-            f"(guarantee 'auto' fell back to it), whose own held-out estimate is {_f(own)}; a "
-            f"bound on the unrestricted column, not on exact (H) or the estimate of {r['adversary']}."
-        )
     if abs(own - r["estimate"]) > 2 * r["std_error"]:
         return (
             f"the bound {_f(r['lower_bound'])} is on the critic as shrunk for its guarantee (its "

@@ -39,4 +39,41 @@ def certified_text(value: float | None, digits: int = DIGITS) -> str:
     return number(float(value), digits)
 
 
-__all__ = ["DIGITS", "NOTHING", "NOTHING_MEANS", "certified_text", "number"]
+def _pieces(word: str, room: int) -> list[str]:
+    """A word longer than ``room`` cut after its commas (never inside a ``key=value``), packed."""
+    if len(word) <= room or "," not in word:
+        return [word]
+    parts = [p + "," for p in word.split(",")]
+    parts[-1] = parts[-1][:-1]
+    out = [""]
+    for part in parts:
+        if out[-1] and len(out[-1]) + len(part) > room:
+            out.append("")
+        out[-1] += part
+    return [p for p in out if p]
+
+
+def wrap(text: str, width: int, indent: str = "  ") -> str:
+    """``text`` in lines of at most ``width`` columns (the next ones indented by ``indent``).
+
+    Unlike :func:`textwrap.fill`, a word is never cut inside (``de`` / ``lta=1e-05``) nor at a
+    hyphen (``add`` / ``-remove``): a word too long for a line (a claim such as
+    ``dpsgd:noise=0.5,...,relation=add-remove``) is cut only after a comma, and a piece longer than
+    the line stays whole.
+    """
+    lines: list[str] = []
+    cur = ""
+    for word in text.split():
+        for i, piece in enumerate(_pieces(word, width - len(indent))):
+            room = width - (len(indent) if lines else 0)
+            joined = cur + piece if (i > 0 or not cur) else f"{cur} {piece}"
+            if len(joined) <= room or not cur:
+                cur = joined
+            else:
+                lines.append(cur)
+                cur = piece
+    lines.append(cur)
+    return "\n".join([lines[0], *(indent + line for line in lines[1:])])
+
+
+__all__ = ["DIGITS", "NOTHING", "NOTHING_MEANS", "certified_text", "number", "wrap"]

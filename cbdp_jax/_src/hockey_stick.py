@@ -336,10 +336,13 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def fit_critic(key: jax.Array, kind: str, xp, xq, gamma: float) -> Critic:
     """Fits a critic of class ``kind`` (one of ``CRITICS``) on training samples ``[n, d]``."""
     if kind == "linear":
-        # the half-space found by scanning thresholds, and a trained sigmoid-linear critic
+        # the half-space found by scanning thresholds, and a trained sigmoid-linear critic: both of
+        # the linear family (a half-space is sigmoid(a (w . x - t)) as a -> inf); the row names the
+        # family first, so that rows of one class read as one class whichever member won
         a = fit_halfspace(xp, xq, gamma)
         b = fit_trained(key, xp, xq, gamma, "linear")
-        return a if a.train_value >= b.train_value else b
+        won, member = (a, "halfspace") if a.train_value >= b.train_value else (b, "sigmoid")
+        return won._replace(label=f"linear ({member})")
     if kind == "halfspace":  # the threshold scan alone: cheap, no training
         return fit_halfspace(xp, xq, gamma)
     if kind == "poly":

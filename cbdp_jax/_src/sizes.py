@@ -100,7 +100,7 @@ def size_text(n: float) -> str:
     return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
 
 
-def check_fits(option: str, value: object, needed: int, what: str) -> None:
+def check_fits(option: str, value: object, needed: int, what: str, advice: str = "") -> None:
     """Refuses ``value`` of ``option`` in one line when ``needed`` bytes would not fit in memory.
 
     Raises:
@@ -113,8 +113,8 @@ def check_fits(option: str, value: object, needed: int, what: str) -> None:
         return
     raise InvalidParameterError(
         f"{option}={value!r} is invalid: {what} need about {size_text(needed)} of memory and "
-        f"{size_text(free)} is available (a run may use at most {MEMORY_SHARE:.0%} of it); use fewer "
-        "samples"
+        f"{size_text(free)} is available (a run may use at most {MEMORY_SHARE:.0%} of it); "
+        f"{advice or ('use fewer runs' if option == 'runs' else 'use fewer samples')}"
     )
 
 
@@ -159,6 +159,48 @@ def check_memory_for_draws(pair, samples: int, val_samples: int, config, dtype) 
     check_fits("samples", samples, needed, "its samples")
 
 
+# An audit holds both sides' samples as float64 [n, d] (with the float32 draw they came from and the
+# critics' copies): 24 bytes per value, and about 120 bytes per sample for the critics' values,
+# sort orders and training batches. Measured (``/usr/bin/time`` maximum resident size of ``cbdp audit
+# mech.py:noisy_count_right --claim pure:0.5`` at the default classes, load 11): 0.64 GB at 2 x 10^5
+# samples per side, 1.16 GB at 2 x 10^6, 293 bytes per sample per side pair, against 288 here.
+AUDIT_BYTES_PER_VALUE = 24
+AUDIT_BYTES_PER_SAMPLE = 120
+
+
+def audit_bytes(samples: int, dim: int = 1) -> int:
+    """Bytes an audit holds at once for ``samples`` outputs per side of ``dim`` values each.
+
+    Only the certification (or screening) samples of one pair are held at once; a training audit's
+    runs are trained in chunks, so its runs count here only as their scores (``dim`` = 1).
+    """
+    return 2 * int(samples) * (AUDIT_BYTES_PER_VALUE * max(int(dim), 1) + AUDIT_BYTES_PER_SAMPLE)
+
+
+def check_memory_for_audit(
+    samples: int, screen_samples: int, dim: int, noun: str = "samples"
+) -> None:
+    """Before an audit draws: the larger of its certification and screening samples must fit."""
+    for option, n in (("samples", samples), ("screen_samples", screen_samples)):
+        each = f"{dim} value{'s' if dim > 1 else ''} each"
+        check_fits(option, n, audit_bytes(n, dim), f"{n} {noun} per side ({each})")
+
+
+def sweep_bytes(members: int, *, batch_size: int, val_samples: int, eval_chunk: int, dim: int,
+                units: int, itemsize: int = 4, max_batch: int = 256) -> int:  # fmt: skip
+    """Bytes a sweep holds at once: one batch of members' samples and hidden units, every member's row.
+
+    A compiled call trains at most ``max_batch`` members, each on a minibatch, its validation
+    samples and one chunk of test samples per side (test samples stream chunk by chunk), with about
+    three arrays of hidden units on the minibatch and the validation samples; each member's result
+    row (about 1 KiB) stays on the host to the end.
+    """
+    batch = min(int(members), int(max_batch))
+    rows = 2 * (int(batch_size) + int(val_samples) + int(eval_chunk))
+    hidden = 3 * (int(batch_size) + int(val_samples)) * int(units)
+    return batch * itemsize * (rows * int(dim) + hidden) + 1024 * int(members)
+
+
 def _output_dim(pair, dtype) -> int:
     """The dimension of one output of the pair's mechanism (traced, never run)."""
     import jax
@@ -178,8 +220,10 @@ def check_memory_for_arrays(p: np.ndarray, q: np.ndarray, config) -> None:
 
 __all__ = [
     "MEMORY_SHARE",
+    "audit_bytes",
     "available_bytes",
     "check_fits",
+    "check_memory_for_audit",
     "check_memory_for_arrays",
     "check_memory_for_draws",
     "check_representable",
@@ -187,4 +231,5 @@ __all__ = [
     "estimate_bytes",
     "out_of_memory_text",
     "size_text",
+    "sweep_bytes",
 ]

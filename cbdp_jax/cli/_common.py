@@ -57,12 +57,12 @@ def _print_record(title: str, fields: list[tuple[str, Any]]) -> None:
 
 def _echo_wrapped(text: str, err: bool = False) -> None:
     """A line of prose wrapped at the terminal's width (continuation lines indented by two)."""
-    import textwrap
-
     from rich.console import Console
 
+    from cbdp_jax._src.display import wrap
+
     width = max(Console().width, 40)
-    typer.echo(textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False), err=err)
+    typer.echo(wrap(text, width), err=err)  # never inside a word: a claim breaks after a comma
 
 
 # CLI flags of the adversary options (AdversarySpec fields); feature_map and bandwidth have none.

@@ -105,6 +105,9 @@ def audit_cmd(
         gradient_steps=gradient_steps,
     )  # fmt: skip
     if suite:
+        from cbdp_jax._src.sizes import check_memory_for_audit
+
+        check_memory_for_audit(samples, screen_samples, 1)  # before the table's header
         return _audit_suite(config, seed, output_format, out)
     result = _audit_one(mechanism, claim, (d, d_prime, space, pairs, relation), config, seed)
     _emit_audit(result, output_format, out)
@@ -198,7 +201,8 @@ def _audit_pairs(d, d_prime, space, pairs, relation=None):
     return None, space_obj, candidates
 
 
-def _emit_audit(result, output_format: str, out: Path | None) -> None:
+def _emit_audit(result, output_format: str, out: Path | None, pair: str | None = None) -> None:
+    """Writes ``--out`` and prints the audit; ``pair`` says what D and D' are (else their values)."""
     if out is not None:
         from cbdp_jax._src.audit_report import write_report
 
@@ -206,7 +210,11 @@ def _emit_audit(result, output_format: str, out: Path | None) -> None:
     if output_format == "json":
         return
     _echo_wrapped(f"cbdp audit: {result.mechanism}, claim {result.claim}")
-    _echo_wrapped(f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}")
+    _echo_wrapped(
+        f"pair: {pair}"
+        if pair
+        else f"pair: D = {_rounded(result.pair[0])}, D' = {_rounded(result.pair[1])}"
+    )
     typer.echo(f"{'class':<22} {'dir':<5} {result.grid_name:>8} {'claimed':>10} {'certified':>10}")
     for r in result.rows:
         typer.echo(

@@ -171,6 +171,7 @@ def _check_options(o: dict[str, Any]) -> None:
     from cbdp_jax._src.accounting import check_accountable
 
     check_int_at_least("runs", o["runs"], 100)
+    _check_runs_fit(o["runs"])
     check_in_range("noise", o["noise"], 0.0, math.inf)
     if o["examples"] is not None:
         check_int_at_least("examples", o["examples"], 2)
@@ -181,6 +182,13 @@ def _check_options(o: dict[str, Any]) -> None:
     if o["relation"] is not None:
         check_choice("relation", o["relation"], RELATIONS)
     check_accountable(o["relation"] or "add-remove", o["accountant"])
+
+
+def _check_runs_fit(runs: int) -> None:
+    """``--runs`` by the memory its scores hold at once (the trainings stream in chunks)."""
+    from cbdp_jax._src.sizes import audit_bytes, check_fits
+
+    check_fits("runs", runs, audit_bytes(runs, 1), f"the scores of {runs} runs per side")
 
 
 def _problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
@@ -304,16 +312,16 @@ def _claim_text(problem, o: dict[str, Any], given: list[str]) -> str:
 def _pair_text(problem, relation: str) -> str:
     """What D and D' are under ``relation``, in words."""
     if relation == "add-remove":
-        return "D: canary in, D': canary absent (add-remove)"
+        return "D: the canary in; D': its add-remove neighbour, the canary absent"
     if relation == "zero-out":
-        return "D: canary in, D': its gradient zeroed (zero-out)"
+        return "D: the canary in; D': its zero-out neighbour, the canary's gradient zeroed"
     index = problem.canary.replaces
     if index is None and problem.canary.kind == "input":
         import numpy as np
 
         index = int(np.shape(problem.data[0])[0]) - 1
     other = "the opposite canary" if index is None else f"example {index}"
-    return f"D: canary in, D': {other} in its place (replace-one)"
+    return f"D: the canary in; D': its replace-one neighbour, {other} in its place"
 
 
 def _audit_with_progress(key, problem, claim: str, config, runs: int):
@@ -349,9 +357,8 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
 
         _echo_wrapped(describe(StartReport(**training["start"])))
     _echo_wrapped(
-        f"{2 * training['runs_per_side']} trainings ({training['pair']}) and audit: "
-        f"{training['seconds']:.1f} s"
+        f"{2 * training['runs_per_side']} trainings and audit: {training['seconds']:.1f} s"
     )
-    _emit_audit(result, "table", None)
+    _emit_audit(result, "table", None, pair=training["pair"])
     for spot in result.blind_spots:
         _echo_wrapped(f"not seen ({spot.kind}): {spot.message}")

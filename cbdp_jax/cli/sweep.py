@@ -145,6 +145,7 @@ def sweep_cmd(
         )
     check_int_at_least("processes", processes, 1)
     _check_asked(mechanism, epsilon, sigma, ctx)
+    _check_fits(job)
     check_output_folder("out", out)
     try:
         record = _run_sweep_here_or_launch(job, out, processes, devices_per_process, given,
@@ -168,6 +169,36 @@ def _check_asked(mechanism: str, epsilon, sigma, ctx) -> None:
             f"{mechanism!r}) and --out, e.g. cbdp sweep --mechanism laplace --epsilon 0.5,1,2 --out "
             "sweep_out (see cbdp sweep --help)"
         )
+
+
+def _check_fits(job) -> None:
+    """The sweep's members, one compiled batch of them at a time, must fit in memory (before work)."""
+    from cbdp_jax._src.adversaries import make_adversary
+    from cbdp_jax._src.sizes import check_fits, critic_units, sweep_bytes
+
+    dim = len(job.sensitivity) if job.sensitivity else 1
+    units = critic_units(make_adversary(job.adversary, **job.adversary_options), dim)
+    members = len(job.params) * len(job.alphas or (None,)) * job.seeds
+    c = job.config
+    needed = sweep_bytes(
+        members, batch_size=c["batch_size"], val_samples=c["val_samples"],
+        eval_chunk=c["eval_chunk"], dim=dim, units=units, max_batch=job.max_batch,
+    )  # fmt: skip
+    what = (
+        f"{members} members (a compiled batch of at most {job.max_batch} at once: minibatch "
+        f"{c['batch_size']}, {c['val_samples']} validation samples and a test chunk of "
+        f"{c['eval_chunk']} per side, {units} hidden unit{'s' if units > 1 else ''}; a result row each)"
+    )
+    batch = min(members, job.max_batch)
+    share = {  # what each option holds: the largest is named
+        "seeds": 1024 * members,
+        "batch_size": batch * c["batch_size"] * (2 * dim + 3 * units),
+        "val_samples": batch * c["val_samples"] * (2 * dim + 3 * units),
+        "eval_chunk": batch * c["eval_chunk"] * 2 * dim,
+    }
+    name = max(share, key=share.get)
+    value = job.seeds if name == "seeds" else c[name]
+    check_fits(name, value, needed, what, f"use a smaller --{name.replace('_', '-')}")
 
 
 def _print_sweep(record: dict[str, Any], output_format: str, out: Path) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -251,3 +253,180 @@ def test_the_readme_audit_example_shows_what_the_command_prints():
         at = printed.index(line, at) + 1
     # the first rows shown are the first printed: eps' = 0.5 comes first
     assert shown[4] == printed[4] and " 0.5 " in shown[4]
+
+
+# ---------------------------------------------------------------------------------------------
+# output that says what it means
+# ---------------------------------------------------------------------------------------------
+
+CLAIM = "dpsgd:noise=0.5,rate=0.125,steps=16,delta=1e-05,sampling=poisson,relation=add-remove"
+
+
+def test_claims_wrap_after_a_comma_never_inside_a_token():
+    import textwrap
+
+    from cbdp_jax._src.display import wrap
+
+    text = f"cbdp audit: dp-sgd logreg/synthetic, poisson, claim {CLAIM} = (16.47, 1e-05)-DP"
+    lines = wrap(text, 80).splitlines()
+    assert max(len(line) for line in lines) <= 80
+    tokens = set(CLAIM.split(","))  # every key=value whole on one line
+    flat = [piece for line in lines for word in line.split() for piece in word.split(",")]
+    assert tokens <= set(flat)
+    # Negative control: textwrap cuts the claim inside a token ("de" / "lta=1e-05")
+    cut = textwrap.fill(text, 80, subsequent_indent="  ", break_on_hyphens=False).splitlines()
+    assert not tokens <= {p for line in cut for word in line.split() for p in word.split(",")}
+
+
+def test_the_verdict_says_none_where_the_table_does():
+    from cbdp_jax._src import audit as au
+
+    rows = [au.Row("halfspace", "P||Q", 0.25, 0.4479, 0.01, -0.007884, 0.1, False)]
+    _, text, *_ = au._verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
+    assert (
+        "the strongest certified bound is none (every certified lower bound is at or below 0)"
+        in text
+    )
+    assert "-0.007884" not in text
+    # Negative control: a positive bound is printed as a number
+    rows = [rows[0]._replace(lower_bound=0.362)]
+    _, text, *_ = au._verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
+    assert "the strongest certified bound is 0.362 (halfspace P||Q)" in text
+
+
+def test_grid_values_are_clean_in_the_json():
+    import jax
+    import jax.numpy as jnp
+
+    from cbdp_jax._src import audit as au
+
+    eps = 3.7  # 3.7 * (1 / 3.7) is 0.9999999999999999 in float64
+    assert eps * (1.0 / eps) != 1.0
+    cfg = au.AuditConfig(samples=2000, classes=("halfspace",), eps_grid=(1.0 / eps, 1.0),
+                         tail_bounds=False)  # fmt: skip
+    res = au.audit(jax.random.key(0), lambda k, d, n: jnp.sum(d) + jax.random.laplace(k, (n,)),
+                   f"pure:{eps}", pair=([1.0], [0.0]), config=cfg)  # fmt: skip
+    assert {r.grid for r in res.rows} == {1.0, eps}
+
+
+def test_the_linear_class_names_its_family_whichever_member_wins():
+    import jax
+    import numpy as np
+
+    from cbdp_jax._src.hockey_stick import fit_critic
+
+    rng = np.random.default_rng(0)
+    xp, xq = rng.laplace(1.0, 1.0, (4000, 1)), rng.laplace(0.0, 1.0, (4000, 1))
+    critic = fit_critic(jax.random.key(0), "linear", xp, xq, float(np.e))
+    assert critic.label in ("linear (halfspace)", "linear (sigmoid)")
+    assert fit_critic(jax.random.key(0), "halfspace", xp, xq, float(np.e)).label == "halfspace"
+
+
+def test_a_dpsgd_claims_bad_value_is_named():
+    from cbdp_jax._src import audit as au
+    from cbdp_jax._src.validation import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"noise='abc' must be a number"):
+        au.parse_claim("dpsgd:noise=abc,rate=0.1")
+    with pytest.raises(
+        InvalidParameterError, match=r"missing steps, delta"
+    ):  # control: no value bad
+        au.parse_claim("dpsgd:noise=1,rate=0.1")
+
+
+def test_a_training_audit_says_what_d_and_d_prime_are(tmp_path):
+    import io
+    from contextlib import redirect_stdout
+
+    from cbdp_jax._src.audit import Row
+    from cbdp_jax.cli.audit_training import _emit_training_audit, _pair_text
+
+    problem = SimpleNamespace(name="dp-sgd logreg/synthetic, poisson", sampling_rate=0.125)
+    pair = _pair_text(problem, "add-remove")
+    assert pair == "D: the canary in; D': its add-remove neighbour, the canary absent"
+    training = {"steps": 16, "threat": "gradient", "runs_per_side": 500, "seconds": 3.0,
+                "examples": 63, "relation": "add-remove", "pair": pair}  # fmt: skip
+    rows = [Row("halfspace", "P||Q", 0.25, 0.4479, 0.3, 0.2, 0.01, False)]
+    result = SimpleNamespace(
+        mechanism="dp-sgd logreg/synthetic, poisson", claim=CLAIM, pair=([1.0], [0.0]), rows=rows,
+        grid_name="epsilon", verdict="no violation certified", violation=False, blind_spots=[],
+        to_dict=dict,
+    )  # fmt: skip
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        _emit_training_audit(result, problem, training, "table", None)
+    text = buf.getvalue()
+    assert f"pair: {pair}" in text and "[1.0]" not in text and "D = " not in text
+
+
+def test_the_reports_title_is_wrapped_inside_the_page(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cbdp_jax._src import audit_report
+    from cbdp_jax._src.audit import Row
+
+    rows = [Row("halfspace", "P||Q", g, 0.1, 0.05, 0.04, 0.01, False) for g in (0.25, 1.0)]
+    result = SimpleNamespace(
+        mechanism="my_very_long_experiment_folder/mechanisms/noisy_gradient_release_v2.py:release",
+        claim=CLAIM, pair=([1.0], [0.0]), rows=rows, grid_name="epsilon", violation=False,
+        confidence=0.95, family_size=4, verdict="no violation certified", samples=1000,
+        screened=(), seconds=1.0,
+    )  # fmt: skip
+    seen = {}
+
+    def keep(fig, path, dpi):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        seen["title"] = ax.title.get_text()
+        seen["inside"] = ax.title.get_window_extent().x0 >= 0 and (
+            ax.title.get_window_extent().x1 <= fig.bbox.x1
+        )
+
+    orig = audit_report.atomic_savefig
+    audit_report.atomic_savefig = keep
+    try:
+        audit_report.plot_report(result, tmp_path / "report.png", pair_text="D: the canary in")
+    finally:
+        audit_report.atomic_savefig = orig
+    assert "\n" in seen["title"] and seen["inside"]
+    assert all(len(line) <= 80 for line in seen["title"].splitlines())
+
+
+def test_the_step_contract_is_documented_and_true(tmp_path, monkeypatch):
+    import jax.numpy as jnp
+    import optax
+
+    from cbdp_jax._src.training_ops import apply_step
+    from cbdp_jax._src.training_problem import TrainingProblem, load_problem
+
+    doc = " ".join(TrainingProblem.__doc__.split())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    for text in (doc, readme):
+        assert (
+            "capacity" in text
+            and "batch_mask" in text
+            and "GradientTransformationExtraArgs" in text
+        )
+        assert "canary included" in text or "the canary included" in text
+    # True: only an extra-args step is passed batch_mask; a plain one is called without it.
+    seen = {}
+
+    def plain_update(grads, state, params=None):
+        seen["plain"] = True
+        return grads, state
+
+    def extra_update(grads, state, params=None, **extra):
+        seen["extra"] = extra.get("batch_mask")
+        return grads, state
+
+    grads, mask = jnp.zeros((5, 2)), jnp.array([True, True, False, False, False])
+    apply_step(optax.GradientTransformation(lambda p: (), plain_update), grads, (), None, mask)
+    apply_step(optax.GradientTransformationExtraArgs(lambda p: (), extra_update), grads, (), None,
+               mask)  # fmt: skip
+    assert seen["plain"] and (seen["extra"] == mask).all()
+    # True: the README template's expected batch, 8, is q times D's examples with the canary (64).
+    (tmp_path / "my_train.py").write_text(WRONG_WIDTH)
+    monkeypatch.chdir(tmp_path)
+    problem = load_problem("my_train.py:make_problem")
+    assert problem.examples == 64 and problem.sampler.expected_batch(problem.examples) == 8.0

@@ -51,7 +51,7 @@ def plot_report(result: AuditResult, path: Path, pair_text: str | None = None) -
         ax.plot(grid, ys, "o-", label=f"certified: {critic}")
     ax.set_xlabel("epsilon" if is_eps else "alpha")
     ax.set_ylabel("delta(epsilon) = E_{e^eps} lower bound" if is_eps else "divergence lower bound")
-    title = wrap(f"cbdp audit: {result.mechanism}  claim {result.claim}", 80, indent="")
+    title = wrap(f"cbdp audit: {result.mechanism}  claim {result.claim}", 80, indent="", hard=True)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

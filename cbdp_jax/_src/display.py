@@ -53,18 +53,23 @@ def _pieces(word: str, room: int) -> list[str]:
     return [p for p in out if p]
 
 
-def wrap(text: str, width: int, indent: str = "  ") -> str:
+def wrap(text: str, width: int, indent: str = "  ", *, hard: bool = False) -> str:
     """``text`` in lines of at most ``width`` columns (the next ones indented by ``indent``).
 
     Unlike :func:`textwrap.fill`, a word is never cut inside (``de`` / ``lta=1e-05``) nor at a
     hyphen (``add`` / ``-remove``): a word too long for a line (a claim such as
     ``dpsgd:noise=0.5,...,relation=add-remove``) is cut only after a comma, and a piece longer than
-    the line stays whole.
+    the line stays whole (``hard``: cut at the line's end, for a figure's title, whose page has no
+    room for more).
     """
     lines: list[str] = []
     cur = ""
     for word in text.split():
-        for i, piece in enumerate(_pieces(word, width - len(indent))):
+        pieces = _pieces(word, width - len(indent))
+        if hard:
+            room = width - len(indent)
+            pieces = [p[j : j + room] for p in pieces for j in range(0, len(p), room)]
+        for i, piece in enumerate(pieces):
             room = width - (len(indent) if lines else 0)
             joined = cur + piece if (i > 0 or not cur) else f"{cur} {piece}"
             if len(joined) <= room or not cur:

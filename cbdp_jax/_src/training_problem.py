@@ -92,11 +92,20 @@ class TrainingProblem:
       model: A Flax NNX module mapping a batch of features ``[b, d]`` to outputs; split once.
       data: ``(X [n, d], y [n] or [n, k])``: integer labels for the default loss, any finite numbers
         for one's own ``loss_fn``.
-      step: The DP step: an ``optax.GradientTransformation`` on per-example gradients (leading batch
-        axis; an ``optax.GradientTransformationExtraArgs`` also receives ``batch_mask``, bool
-        ``[batch]``, the slots that hold an example), or a factory ``step(size)`` returning one for
-        a data set of ``size`` examples (built per data set: add/remove gives D n + 1, D' n).
-      sampler: The :class:`BatchSampler`, over D's examples (canary included).
+      step: The DP step: an ``optax.GradientTransformation`` whose ``update`` receives per-example
+        gradients along a padded leading axis of fixed length, the sampler's ``capacity`` (the
+        physical batch, so that shapes are static under jit): each slot holds one example's
+        gradient, and a slot that holds no example of this step's batch is all zeros. Only an
+        ``optax.GradientTransformationExtraArgs`` (as :func:`dp_sgd`, ``optax.chain`` and
+        ``optax.contrib.dpsgd`` are) is also passed ``batch_mask``, bool ``[capacity]``, the slots
+        that hold an example (a zeroed canary's slot under zero-out included); a plain
+        ``GradientTransformation`` is not. Or a factory ``step(size)`` returning one for a data
+        set of ``size`` examples (built per data set: add/remove gives D n + 1, D' n). A step that
+        divides by the expected batch size should use the sampler's over D's examples, canary
+        included: q (n + 1) for n data examples under Poisson sampling (``expected_batch_size=8``
+        for 63 examples at q = 0.125), the same constant on D and D', as the accountant assumes.
+      sampler: The :class:`BatchSampler`, over D's examples (canary included: its rate q applies
+        to n + 1 examples, or n when the canary replaces one).
       steps: T, the number of training steps.
       canary: The :class:`Canary`.
       threat: ``'gradient'``, ``'white-box'`` or ``'black-box'``.

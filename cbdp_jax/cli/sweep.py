@@ -144,6 +144,11 @@ def sweep_cmd(
             f"process_id={process_id!r} is invalid: give all three or none"
         )
     check_int_at_least("processes", processes, 1)
+    if coordinator is not None and processes != 1:
+        raise InvalidParameterError(
+            f"processes={processes} is invalid with --coordinator: each host runs one process "
+            "(--process-id); --processes launches local processes"
+        )
     _check_asked(mechanism, epsilon, sigma, ctx)
     _check_fits(job)
     check_output_folder("out", out)

@@ -97,7 +97,7 @@ def test_demo_tables_fit_80_columns_and_label_the_bounds_on_another_class():
     # own name, beside its own estimate, which it sits under; the named class's row has no bound
     named = [ln for ln in lines if ln.startswith("│ mlp")]
     assert len(named) == 4 and all("0.8300" not in ln and "0.8123" in ln for ln in named)
-    bounded = [ln for ln in lines if "tanh" in ln and "0.8300" in ln]
+    bounded = [ln for ln in lines if "└ B=3.84" in ln and "0.8300" in ln]
     assert len(bounded) == 4 and all("0.8567" in ln for ln in bounded)
     assert "whose own held-out estimate" not in text  # no footnote needed
 

@@ -147,7 +147,7 @@ _LEGEND = (
     "at or below the exact value up to noise; the one-sided 95% bound lies below the true value in "
     "95% of runs, so about one row in twenty may sit above it by chance. '(refused)': the "
     "asymptotic bound's assumption failed on the held-out data (a tail too heavy to trust the "
-    "CLT), so the bound is the trivial 0. '└ tanh B=b': the class of the row above bounded by b, "
+    "CLT), so the bound is the trivial 0. '└ B=b': the class of the row above bounded by b, "
     "b tanh(H / b), with its own held-out estimate; where a class's bound falls back to it, the "
     "bound is on that row (below its estimate and the unrestricted value, not on exact (H))."
 )
@@ -202,11 +202,11 @@ def _on_another_class(r: dict[str, Any]) -> bool:
 
 
 def _bounded_label(name: str) -> str:
-    """``'3.837*tanh(mlp(32x2)/3.837)'`` as ``'└ tanh B=3.84'``: the class above it, bounded by B."""
+    """``'3.837*tanh(mlp(32x2)/3.837)'`` as ``'└ B=3.84'``: the class above it, bounded by B."""
     import re
 
     m = re.match(r"^\s*([0-9.eE+-]+)\s*\*\s*tanh\(", name)
-    return f"└ tanh B={float(m.group(1)):.3g}" if m else f"└ {name}"
+    return f"└ B={float(m.group(1)):.3g}" if m else f"└ {name}"
 
 
 def _bound_note(r: dict[str, Any]) -> str | None:

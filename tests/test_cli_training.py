@@ -157,7 +157,7 @@ def test_replace_one_and_the_default_relation(runs):
     assert replace["relation"] == "replace-one" and replace["claim"].endswith(
         "relation=replace-one"
     )
-    assert "(replace-one)" in replace["training"]["pair"]
+    assert "its replace-one neighbour" in replace["training"]["pair"]
     default = json.loads(runs["no-clip"][1])  # the claim's relation: dp_accounting's default
     assert default["relation"] == "add-remove" and "canary absent" in default["training"]["pair"]
     # replace-one is accounted as its own pair: its delta at eps 0.25 is above add-remove's

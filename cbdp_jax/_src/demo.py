@@ -206,7 +206,10 @@ def _bounded_label(name: str) -> str:
     import re
 
     m = re.match(r"^\s*([0-9.eE+-]+)\s*\*\s*tanh\(", name)
-    return f"└ B={float(m.group(1)):.3g}" if m else f"└ {name}"
+    if not m:
+        return f"└ {name}"
+    b = float(m.group(1))
+    return f"└ B={b:.0f}" if b >= 100 else f"└ B={b:.3g}"  # 1190, not 1.19e+03
 
 
 def _bound_note(r: dict[str, Any]) -> str | None:

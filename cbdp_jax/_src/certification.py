@@ -91,16 +91,34 @@ def resolve_guarantee(guarantee: str, spec) -> str:
     return "finite-sample" if spec.bound is not None else "asymptotic"
 
 
-@persistent_jit(static_argnames=("div",))
+@persistent_jit(static_argnames=("div",), quick=True)
 def _conjugate_program(s: jax.Array, *, div: Divergence) -> jax.Array:
     """f*(s) as one compiled program (eagerly, each operation would be a program of its own)."""
     return div.conjugate(s)
 
 
 def _conj64(div: Divergence, s) -> np.ndarray:
-    """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision."""
+    """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision.
+
+    Padded to a bucket as :func:`_conjugate_host` is: the grids of the certificate's searches have
+    many shapes, and each would otherwise be a program of its own to compile.
+    """
     with jax.enable_x64(True), np.errstate(all="ignore"):
-        return np.asarray(_conjugate_program(jnp.asarray(s, jnp.float64), div=div), np.float64)
+        return _padded_conjugate(div, np.asarray(s, np.float64))
+
+
+def _padded_conjugate(div: Divergence, h: np.ndarray) -> np.ndarray:
+    """f*(h) (any shape) by :func:`_conjugate_program` on ``h`` flattened and zero-padded to a bucket.
+
+    The bucket is a power of two, at least 16,384: one compiled program per bucket and dtype. f* is
+    elementwise, so each value is bit for bit what an unpadded call gives.
+    """
+    flat = h.ravel()
+    size = max(1 << 14, 1 << max(flat.size - 1, 0).bit_length())
+    padded = np.zeros(size, flat.dtype)
+    padded[: flat.size] = flat
+    out = np.asarray(_conjugate_program(padded, div=div), np.float64)
+    return out[: flat.size].reshape(h.shape)
 
 
 def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
@@ -256,14 +274,8 @@ def _conjugate_host(div: Divergence, h: np.ndarray) -> np.ndarray:
     program serves every size in a bucket; f* is elementwise, so each value is bit for bit what an
     unpadded call gives (``tests/test_certification.py``).
     """
-    h = np.asarray(h)
-    flat = h.ravel()
-    size = max(1 << 14, 1 << max(flat.size - 1, 0).bit_length())
-    padded = np.zeros(size, flat.dtype)
-    padded[: flat.size] = flat
     with np.errstate(all="ignore"):
-        out = np.asarray(_conjugate_program(padded, div=div), np.float64)
-    return out[: flat.size].reshape(h.shape)
+        return _padded_conjugate(div, np.asarray(h))
 
 
 def predicted_bound(
@@ -538,7 +550,7 @@ def largest_finite_bound(div: Divergence, dtype=np.float32) -> float:
     """
     grid = np.geomspace(1e-3, 1e9, 385).astype(dtype)
     with np.errstate(all="ignore"):
-        both = np.asarray(_conjugate_program(np.concatenate([grid, -grid]), div=div))
+        both = _padded_conjugate(div, np.concatenate([grid, -grid])).astype(dtype)
     ok = np.isfinite(both[: grid.size]) & np.isfinite(both[grid.size :])
     if div.conjugate_sup < math.inf:
         ok &= grid < div.conjugate_sup

@@ -107,14 +107,25 @@ def _conj64(div: Divergence, s) -> np.ndarray:
         return _padded_conjugate(div, np.asarray(s, np.float64))
 
 
+# The smallest bucket of :func:`_padded_conjugate`, by the width of the dtype in bytes. An estimate
+# calls f* a few times on a few thousand to a hundred thousand values (the held-out terms of the
+# validation samples in float32; the certificate's grids in float64, 320 to 82,080 values at 10^4 and
+# 10^5 samples per side): these minimums put all of them in one bucket per dtype, where several
+# programs were compiled before (each call computes at most a few hundred thousand f* more).
+_CONJUGATE_MIN_ROWS = {4: 1 << 15, 8: 1 << 17}
+
+
 def _padded_conjugate(div: Divergence, h: np.ndarray) -> np.ndarray:
     """f*(h) (any shape) by :func:`_conjugate_program` on ``h`` flattened and zero-padded to a bucket.
 
-    The bucket is a power of two, at least 16,384: one compiled program per bucket and dtype. f* is
-    elementwise, so each value is bit for bit what an unpadded call gives.
+    The bucket is a power of two, at least :data:`_CONJUGATE_MIN_ROWS` of the dtype: one compiled
+    program per bucket and dtype. f* is elementwise, so each value is bit for bit what an unpadded
+    call gives.
     """
     flat = h.ravel()
-    size = max(1 << 14, 1 << max(flat.size - 1, 0).bit_length())
+    width = jax.dtypes.canonicalize_dtype(flat.dtype).itemsize  # the dtype the program runs in
+    least = _CONJUGATE_MIN_ROWS.get(width, 1 << 14)
+    size = max(least, 1 << max(flat.size - 1, 0).bit_length())
     padded = np.zeros(size, flat.dtype)
     padded[: flat.size] = flat
     out = np.asarray(_conjugate_program(padded, div=div), np.float64)
@@ -270,9 +281,9 @@ def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarra
 def _conjugate_host(div: Divergence, h: np.ndarray) -> np.ndarray:
     """f*(h) of a host array of any shape, by the float32 program the held-out evaluation runs.
 
-    The values are flattened and padded to a power of two (at least 16,384), so that one compiled
-    program serves every size in a bucket; f* is elementwise, so each value is bit for bit what an
-    unpadded call gives (``tests/test_certification.py``).
+    The values are flattened and padded to a power-of-two bucket (:func:`_padded_conjugate`), so
+    that one compiled program serves every size in a bucket; f* is elementwise, so each value is bit
+    for bit what an unpadded call gives (``tests/test_certification.py``).
     """
     with np.errstate(all="ignore"):
         return _padded_conjugate(div, np.asarray(h))

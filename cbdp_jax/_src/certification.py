@@ -91,7 +91,7 @@ def resolve_guarantee(guarantee: str, spec) -> str:
     return "finite-sample" if spec.bound is not None else "asymptotic"
 
 
-@persistent_jit(static_argnames=("div",), quick=True)
+@persistent_jit(static_argnames=("div",))
 def _conjugate_program(s: jax.Array, *, div: Divergence) -> jax.Array:
     """f*(s) as one compiled program (eagerly, each operation would be a program of its own)."""
     return div.conjugate(s)

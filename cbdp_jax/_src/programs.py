@@ -35,10 +35,11 @@ collide); deleting it is always safe. ``CBDP_JAX_PROGRAM_CACHE=0`` turns the sto
 A program declared ``quick`` (one that runs once per call, for a millisecond: the adversaries'
 initialisation) is compiled on XLA:CPU with LLVM's optimisation turned down (:data:`QUICK_OPTIONS`):
 its compile is what a first call waits for, and its run barely changes. Programs a warm call spends
-its time in (training, evaluation, the fit) keep XLA's full optimisation. The options are part of the program (the
-plain ``jax.jit`` path compiles with the same ones, and the key above includes them), so a result does
-not depend on whether the store served it. ``CBDP_JAX_QUICK_COMPILE=0`` compiles every program at the
-full level; so does an ``xla_backend_optimization_level`` the user set in ``XLA_FLAGS``.
+its time in (training, evaluation, the fit) keep XLA's full optimisation. The options are part of
+the program (the plain ``jax.jit`` path compiles with the same ones, and the key above includes
+them), so a result does not depend on whether the store served it. ``CBDP_JAX_QUICK_COMPILE=0``
+compiles every program at the full level; so does an ``xla_backend_optimization_level`` the user set
+in ``XLA_FLAGS``.
 """
 
 from __future__ import annotations
@@ -468,9 +469,11 @@ def persistent_jit(
 
     def jitted_for(options: dict[str, Any]) -> Callable:
         tag = tuple(sorted(options.items()))
-        if tag not in variants:
-            variants[tag] = jax.jit(fun, static_argnames=static_argnames, compiler_options=options)
-        return variants[tag]
+        found = variants.get(tag)
+        if found is None:  # setdefault: two threads that race here end up with the same function
+            made = jax.jit(fun, static_argnames=static_argnames, compiler_options=options)
+            found = variants.setdefault(tag, made)
+        return found
 
     name = f"{fun.__module__}.{fun.__qualname__}"
     positional = [

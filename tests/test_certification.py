@@ -596,3 +596,16 @@ def test_multipliers_whose_grid_overflows_fall_back_below_the_overflow():
         assert (b, m, sup) == alone and math.isfinite(sum(sup))
     # t = 1 took the fallback (B below the overflow); t = 1e-6 its ordinary grid, with a prediction.
     assert got[0][0] <= certification.largest_finite_bound(div) and math.isfinite(got[1][3])
+
+
+@pytest.mark.parametrize("shape", [(2,), (160, 2), (400, 201)])
+def test_float64_conjugate_padded_to_a_bucket_equals_the_unpadded_program(shape):
+    # The certificate's float64 grids share one padded program; each value must be the unpadded one.
+    rng = np.random.default_rng(sum(shape))
+    s = rng.standard_cauchy(shape)
+    for name, alpha in (("kl", None), ("renyi", 2.0)):
+        div = get_divergence(name, **({"alpha": alpha} if alpha else {}))
+        with jax.enable_x64(True), np.errstate(all="ignore"):
+            want = np.asarray(certification._conjugate_program(jax.numpy.asarray(s), div=div))
+        assert want.dtype == np.float64
+        np.testing.assert_array_equal(certification._conj64(div, s), want)

@@ -348,3 +348,66 @@ def test_the_store_keeps_under_its_size_limit_removing_the_least_recently_used(s
     monkeypatch.setenv("CBDP_JAX_PROGRAM_CACHE_MAX_MB", "0")
     _powered(x, 0.0, power=7)
     assert _files(store) == []
+
+
+def _contracted(key):
+    """Arithmetic whose last float32 bits depend on LLVM's optimisation level (multiply-adds)."""
+    x = jax.random.normal(key, (4096,))
+    return jnp.tanh(x * 1.7 + 0.3) * x + jnp.exp(-x * x * 0.5)
+
+
+_contracted_quick = programs.persistent_jit(_contracted, quick=True)
+_contracted_full = programs.persistent_jit(_contracted)
+
+
+def _bits(fn, key):
+    return np.asarray(fn(key)).view(np.uint32)
+
+
+def test_a_quick_program_compiles_at_the_low_level_whether_the_store_serves_it_or_not(
+    store, monkeypatch
+):
+    if jax.default_backend() != "cpu":
+        pytest.skip("quick options apply on XLA:CPU only")
+    monkeypatch.delenv("CBDP_JAX_QUICK_COMPILE", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    key = jax.random.key(3)
+    # Served first (a program JAX already holds in memory is run but not stored): two files, as the
+    # compiler options are part of the key.
+    served = _bits(_contracted_quick, key)
+    served_full = _bits(_contracted_full, key)
+    assert len(_files(store)) == 2
+    programs._MEMORY.clear()  # as a new process: the quick program comes back from its file
+    np.testing.assert_array_equal(_bits(_contracted_quick, key), served)
+    low = _bits(jax.jit(_contracted, compiler_options=programs.QUICK_OPTIONS), key)
+    full = _bits(jax.jit(_contracted), key)
+    # Negative control: the two levels give different bits here, so the equalities are informative.
+    assert np.any(low != full)
+    np.testing.assert_array_equal(served, low)
+    np.testing.assert_array_equal(served_full, full)
+    with monkeypatch.context() as m:  # the store off: the plain path compiles with the same options
+        m.setenv("CBDP_JAX_PROGRAM_CACHE", "0")
+        np.testing.assert_array_equal(_bits(_contracted_quick, key), low)
+
+
+def test_quick_options_give_way_to_the_user(monkeypatch):
+    if jax.default_backend() != "cpu":
+        pytest.skip("quick options apply on XLA:CPU only")
+    monkeypatch.delenv("CBDP_JAX_QUICK_COMPILE", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert programs.quick_options() == programs.QUICK_OPTIONS
+    monkeypatch.setenv("CBDP_JAX_QUICK_COMPILE", "0")
+    assert programs.quick_options() == {}
+    key = jax.random.key(4)
+    np.testing.assert_array_equal(_bits(_contracted_quick, key), _bits(jax.jit(_contracted), key))
+    monkeypatch.setenv("CBDP_JAX_QUICK_COMPILE", "1")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")
+    assert programs.quick_options() == {}
+
+
+def test_a_quick_program_inside_a_trace_is_inlined_without_options():
+    key = jax.random.key(5)
+    outer = jax.jit(lambda k: _contracted_quick(k) * 2.0)
+    np.testing.assert_allclose(
+        np.asarray(outer(key)), 2.0 * np.asarray(_contracted(key)), rtol=1e-6
+    )

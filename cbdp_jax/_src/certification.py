@@ -98,9 +98,38 @@ def _conjugate_program(s: jax.Array, *, div: Divergence) -> jax.Array:
 
 
 def _conj64(div: Divergence, s) -> np.ndarray:
-    """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision."""
+    """f*(s) in float64 (a scoped 64-bit JAX), whatever the global precision.
+
+    Padded to a bucket as :func:`_conjugate_host` is: the grids of the certificate's searches have
+    many shapes, and each would otherwise be a program of its own to compile.
+    """
     with jax.enable_x64(True), np.errstate(all="ignore"):
-        return np.asarray(_conjugate_program(jnp.asarray(s, jnp.float64), div=div), np.float64)
+        return _padded_conjugate(div, np.asarray(s, np.float64))
+
+
+# The smallest bucket of :func:`_padded_conjugate`, by the width of the dtype in bytes. An estimate
+# calls f* a few times on a few thousand to a hundred thousand values (the held-out terms of the
+# validation samples in float32; the certificate's grids in float64, 320 to 82,080 values at 10^4 and
+# 10^5 samples per side): these minimums put all of them in one bucket per dtype, where several
+# programs were compiled before (each call computes at most a few hundred thousand f* more).
+_CONJUGATE_MIN_ROWS = {4: 1 << 15, 8: 1 << 17}
+
+
+def _padded_conjugate(div: Divergence, h: np.ndarray) -> np.ndarray:
+    """f*(h) (any shape) by :func:`_conjugate_program` on ``h`` flattened and zero-padded to a bucket.
+
+    The bucket is a power of two, at least :data:`_CONJUGATE_MIN_ROWS` of the dtype: one compiled
+    program per bucket and dtype. f* is elementwise, so each value is bit for bit what an unpadded
+    call gives.
+    """
+    flat = h.ravel()
+    width = jax.dtypes.canonicalize_dtype(flat.dtype).itemsize  # the dtype the program runs in
+    least = _CONJUGATE_MIN_ROWS.get(width, 1 << 14)
+    size = max(least, 1 << max(flat.size - 1, 0).bit_length())
+    padded = np.zeros(size, flat.dtype)
+    padded[: flat.size] = flat
+    out = np.asarray(_conjugate_program(padded, div=div), np.float64)
+    return out[: flat.size].reshape(h.shape)
 
 
 def conjugate_range(div: Divergence, a: float, b: float) -> tuple[float, float]:
@@ -252,18 +281,12 @@ def _terms(div: Divergence, h_p: np.ndarray, h_q: np.ndarray) -> tuple[np.ndarra
 def _conjugate_host(div: Divergence, h: np.ndarray) -> np.ndarray:
     """f*(h) of a host array of any shape, by the float32 program the held-out evaluation runs.
 
-    The values are flattened and padded to a power of two (at least 16,384), so that one compiled
-    program serves every size in a bucket; f* is elementwise, so each value is bit for bit what an
-    unpadded call gives (``tests/test_certification.py``).
+    The values are flattened and padded to a power-of-two bucket (:func:`_padded_conjugate`), so
+    that one compiled program serves every size in a bucket; f* is elementwise, so each value is bit
+    for bit what an unpadded call gives (``tests/test_certification.py``).
     """
-    h = np.asarray(h)
-    flat = h.ravel()
-    size = max(1 << 14, 1 << max(flat.size - 1, 0).bit_length())
-    padded = np.zeros(size, flat.dtype)
-    padded[: flat.size] = flat
     with np.errstate(all="ignore"):
-        out = np.asarray(_conjugate_program(padded, div=div), np.float64)
-    return out[: flat.size].reshape(h.shape)
+        return _padded_conjugate(div, np.asarray(h))
 
 
 def predicted_bound(
@@ -538,7 +561,7 @@ def largest_finite_bound(div: Divergence, dtype=np.float32) -> float:
     """
     grid = np.geomspace(1e-3, 1e9, 385).astype(dtype)
     with np.errstate(all="ignore"):
-        both = np.asarray(_conjugate_program(np.concatenate([grid, -grid]), div=div))
+        both = _padded_conjugate(div, np.concatenate([grid, -grid])).astype(dtype)
     ok = np.isfinite(both[: grid.size]) & np.isfinite(both[grid.size :])
     if div.conjugate_sup < math.inf:
         ok &= grid < div.conjugate_sup

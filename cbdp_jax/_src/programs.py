@@ -11,6 +11,7 @@ call computes a key from
 - the program (module and name),
 - a fingerprint of every static argument (:func:`fingerprint`),
 - the tree structure, shape, dtype, weak type and placement of every dynamic argument,
+- the compiler options the program is compiled with (a ``quick`` program's, below),
 - the environment: the package's source code (a hash of every file), the versions of Python, JAX,
   jaxlib, Flax, Optax and NumPy, the backend and its devices, ``XLA_FLAGS``, and the JAX settings that
   change a traced program (x64, matmul precision, the default PRNG implementation);
@@ -30,6 +31,15 @@ default ``~/.cache/cbdp_jax/jax/programs``; JAX's own cache files there are ``*-
 collide); deleting it is always safe. ``CBDP_JAX_PROGRAM_CACHE=0`` turns the store off, and so does
 ``CBDP_JAX_COMPILATION_CACHE=0``. The folder is kept under ``CBDP_JAX_PROGRAM_CACHE_MAX_MB`` (default
 1024): past it, the least recently used files go.
+
+A program declared ``quick`` (one that runs once per call, for a millisecond: the adversaries'
+initialisation) is compiled on XLA:CPU with LLVM's optimisation turned down (:data:`QUICK_OPTIONS`):
+its compile is what a first call waits for, and its run barely changes. Programs a warm call spends
+its time in (training, evaluation, the fit) keep XLA's full optimisation. The options are part of
+the program (the plain ``jax.jit`` path compiles with the same ones, and the key above includes
+them), so a result does not depend on whether the store served it. ``CBDP_JAX_QUICK_COMPILE=0``
+compiles every program at the full level; so does an ``xla_backend_optimization_level`` the user set
+in ``XLA_FLAGS``.
 """
 
 from __future__ import annotations
@@ -58,6 +68,13 @@ _STATE = {"depth": 0}
 _MEMORY: dict[str, Any] = {}
 _LOADED: dict[str, Path] = {}  # executables read from disk in this process, by key
 _REGISTERED: dict[Any, str] = {}
+
+# XLA:CPU options of a quick program: LLVM at its lowest optimisation level. The estimator's
+# programs at each level (benchmarks/compile_levels.py, benchmarks/measured/first-call/): the
+# initialisation compiles in half the CPU time (0.50 against 1.04 s) and runs once per estimate (1 ms);
+# the evaluation, fit and training programs would save 30-50% of their compiles but run 2.5-10x
+# longer, which a warm call at 10^5 samples per side pays, so they stay at the full level.
+QUICK_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 
 
 def folder() -> Path:
@@ -235,7 +252,34 @@ def _leaf_signature(x: Any) -> tuple | None:
     return (aval.shape, str(aval.dtype), bool(getattr(aval, "weak_type", False)), sharding)
 
 
-def _key(name: str, statics: str, args: tuple, kwargs: dict) -> str | None:
+def quick_options() -> dict[str, Any]:
+    """The compiler options of a ``quick`` program here and now: :data:`QUICK_OPTIONS` on XLA:CPU.
+
+    Empty on other backends (not measured there), with ``CBDP_JAX_QUICK_COMPILE=0``, and where
+    ``XLA_FLAGS`` sets the optimisation level itself (the user's choice wins).
+    """
+    if os.environ.get("CBDP_JAX_QUICK_COMPILE", "1").strip().lower() in ("0", "false", "no"):
+        return {}
+    if "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", ""):
+        return {}
+    if jax.default_backend() != "cpu":
+        return {}
+    return dict(QUICK_OPTIONS)
+
+
+def _top_level() -> bool:
+    """Whether no JAX trace is in progress (a jit called here compiles a program of its own)."""
+    try:
+        from jax._src import core
+
+        return bool(core.trace_state_clean())
+    except (ImportError, AttributeError):  # a JAX without the private name: never quick
+        return False
+
+
+def _key(
+    name: str, statics: str, args: tuple, kwargs: dict, options: dict | None = None
+) -> str | None:
     leaves, tree = jax.tree.flatten((args, kwargs))
     sig = []
     for leaf in leaves:
@@ -243,7 +287,10 @@ def _key(name: str, statics: str, args: tuple, kwargs: dict) -> str | None:
         if s is None:
             return None
         sig.append(s)
-    text = repr((name, statics, str(tree), tuple(sig), _settings(), _environment()))
+    compile_options = tuple(sorted((options or {}).items()))
+    text = repr(
+        (name, statics, str(tree), tuple(sig), compile_options, _settings(), _environment())
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -407,16 +454,27 @@ def _run(jitted, key: str, args: tuple, kwargs: dict, statics: dict) -> Any:
 
 
 def persistent_jit(
-    fun: Callable | None = None, *, static_argnames: tuple[str, ...] = ()
+    fun: Callable | None = None, *, static_argnames: tuple[str, ...] = (), quick: bool = False
 ) -> Callable:
     """``jax.jit(fun, static_argnames=...)`` whose executables a later process loads from disk.
 
-    Outside :func:`enabled` the call is exactly the jitted function's (``.jitted`` is that function).
-    Inside it, see the module docstring.
+    Outside :func:`enabled` the call is exactly the jitted function's (``.jitted`` is that function,
+    compiled at XLA's full optimisation). Inside it, see the module docstring. ``quick``: a program
+    that runs for milliseconds, compiled with :func:`quick_options` whether the store is on or not.
     """
     if fun is None:
-        return functools.partial(persistent_jit, static_argnames=static_argnames)
-    jitted = jax.jit(fun, static_argnames=static_argnames)
+        return functools.partial(persistent_jit, static_argnames=static_argnames, quick=quick)
+    full = jax.jit(fun, static_argnames=static_argnames)
+    variants: dict[tuple, Callable] = {(): full}
+
+    def jitted_for(options: dict[str, Any]) -> Callable:
+        tag = tuple(sorted(options.items()))
+        found = variants.get(tag)
+        if found is None:  # setdefault: two threads that race here end up with the same function
+            made = jax.jit(fun, static_argnames=static_argnames, compiler_options=options)
+            found = variants.setdefault(tag, made)
+        return found
+
     name = f"{fun.__module__}.{fun.__qualname__}"
     positional = [
         p.name
@@ -426,6 +484,10 @@ def persistent_jit(
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
+        # Inside another trace a program is inlined into the caller's, which JAX compiles with the
+        # caller's options (a nested jit may not name its own).
+        options = quick_options() if quick and _top_level() else {}
+        jitted = jitted_for(options)
         if not active():
             return jitted(*args, **kwargs)
         if any(n in static_argnames for n in positional[: len(args)]):
@@ -434,12 +496,13 @@ def persistent_jit(
             kwargs, args = {**named, **kwargs}, ()
         statics = {k: kwargs.pop(k) for k in static_argnames if k in kwargs}
         static_fp = fingerprint(statics)
-        key = None if static_fp is None else _key(name, static_fp, args, kwargs)
+        key = None if static_fp is None else _key(name, static_fp, args, kwargs, options)
         if key is None:
             return jitted(*args, **kwargs, **statics)
         return _run(jitted, key, args, kwargs, statics)
 
-    call.jitted = jitted
+    call.jitted = full
+    call.quick = quick
     return call
 
 
@@ -452,6 +515,7 @@ __all__ = [
     "max_bytes",
     "persistent_jit",
     "prune",
+    "quick_options",
     "register",
     "run",
 ]

@@ -100,7 +100,7 @@ def init_standardised_ensemble(
     return _init_standardised_program(keys, loc, scale, learning_rate, trainer=trainer)
 
 
-@persistent_jit(static_argnames=("trainer",))
+@persistent_jit(static_argnames=("trainer",), quick=True)
 def _init_standardised_program(keys, loc, scale, learning_rate, *, trainer: Trainer) -> TrainState:
     """The compiled initialisation from a known standardisation (one program for every sample size)."""
     states = jax.vmap(trainer.init_standardised, in_axes=(0, None, None))(keys, loc, scale)
@@ -110,7 +110,7 @@ def _init_standardised_program(keys, loc, scale, learning_rate, *, trainer: Trai
     return states._replace(opt_state=set_learning_rate(states.opt_state, lr))
 
 
-@persistent_jit(static_argnames=("trainer",))
+@persistent_jit(static_argnames=("trainer",), quick=True)
 def _init_program(keys, x_reference, learning_rate, *, trainer: Trainer) -> TrainState:
     """The compiled initialisation (one program, not one per operation of the module's constructor).
 

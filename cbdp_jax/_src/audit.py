@@ -996,6 +996,7 @@ def audit(
             k_screen, mech, math.exp(eps), config, space=space, candidates=candidates
         )
     d, d2 = (np.asarray(x) for x in pair)
+    groups = _chosen_groups(mech, config)  # checked before any sample is drawn
     kp, kq = jax.random.split(k_cert)
     tell = _progress_teller(progress, 2 * config.samples)
     tell(0)
@@ -1006,7 +1007,6 @@ def audit(
     # a run it could not check is never a pass: NaN or inf outputs refuse the audit
     refuse_non_finite(mech.name, xp, "D")
     refuse_non_finite(mech.name, xq, "D'")
-    groups = _chosen_groups(mech, config)
     if claim.kind in ("pure", "approx"):
         rows, family = _hockey_rows(k_fit, xp, xq, claim, config, groups)
         grid_name = "epsilon"

@@ -273,7 +273,9 @@ def make_run(
         z_all = z
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(final)]))
         score, z = score_of(final, z)
-        finite = finite & jnp.all(jnp.isfinite(z)) & jnp.isfinite(score) & jnp.all(jnp.isfinite(seen))
+        finite = (
+            finite & jnp.all(jnp.isfinite(z)) & jnp.isfinite(score) & jnp.all(jnp.isfinite(seen))
+        )
         extra = () if observe is None else observe(final, z_all)
         return RunOutput(score, z, over, finite, extra, seen)
 

@@ -271,7 +271,7 @@ def fit_logit(
     key: jax.Array, xp: np.ndarray, xq: np.ndarray, adversary: str = "mlp", *, steps: int = 400,
     batch: int = 2048, **options,
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str]:  # fmt: skip
-    """g from the library's adversary class, trained by logistic regression of P against Q.
+    """G from the library's adversary class, trained by logistic regression of P against Q.
 
     g approaches log(p/q) (weighted by the class sizes), whose super-level sets are the optimal
     critics; the inputs are standardised by the training samples' mean and spread. Returns ``(g,

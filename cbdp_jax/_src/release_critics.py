@@ -46,7 +46,7 @@ def _series(x: np.ndarray, layout: ReleaseLayout) -> np.ndarray:
 
 
 def _parts(x: np.ndarray, layout: ReleaseLayout) -> dict[str, np.ndarray]:
-    """z ``[n, T]``, dz ``[n, T-1]``, r ``[n, T]`` (None without twins) and the release itself."""
+    """Z ``[n, T]``, dz ``[n, T-1]``, r ``[n, T]`` (None without twins) and the release itself."""
     s = _series(x, layout)
     z = s[:, :, 0]
     twins = list(layout.columns("twin"))
@@ -55,7 +55,7 @@ def _parts(x: np.ndarray, layout: ReleaseLayout) -> dict[str, np.ndarray]:
 
 
 def _stats(v: np.ndarray, *, signed: bool = False) -> list[np.ndarray]:
-    """max |v_t| and sum v_t^2 (and sum v_t) of series ``[n, m]`` (zeros for an empty series)."""
+    """Max |v_t| and sum v_t^2 (and sum v_t) of series ``[n, m]`` (zeros for an empty series)."""
     if v.shape[1] == 0:
         return [np.zeros(v.shape[0])] * (3 if signed else 2)
     out = [np.max(np.abs(v), axis=1), np.sum(np.square(v, dtype=np.float64), axis=1)]

@@ -29,6 +29,7 @@ import numpy as np
 
 from cbdp_jax._src.audit_io import AuditMechanism, AuditRefusedError
 from cbdp_jax._src.dp_steps import BUGS, DpSgdState, dp_sgd
+from cbdp_jax._src.release_critics import release_groups
 from cbdp_jax._src.training_problem import (
     SCORES,
     THREATS,
@@ -36,7 +37,6 @@ from cbdp_jax._src.training_problem import (
     TrainingProblem,
     load_problem,
 )
-from cbdp_jax._src.release_critics import release_groups
 from cbdp_jax._src.training_release import ReleaseLayout, release_layout
 from cbdp_jax._src.training_runs import (
     Prepared,
@@ -135,7 +135,7 @@ class TrainingMechanism(AuditMechanism):
         return release_groups(self.release, kind)
 
     def sample(self, key: jax.Array, dataset: Any, n: int) -> np.ndarray:
-        """n runs on D (``dataset = [1]``) or D' (``[0]``): ``[n, 1 + rows k]``, score first.
+        """N runs on D (``dataset = [1]``) or D' (``[0]``): ``[n, 1 + rows k]``, score first.
 
         float32 (the values as recorded); float64 ``[n, 1]`` without a release.
         ``progress`` (if set) hears the runs of both sides as one count of 2n: D's, then D''s.

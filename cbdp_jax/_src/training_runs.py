@@ -49,8 +49,8 @@ from cbdp_jax._src.training_ops import (
     tree_dot,
 )
 from cbdp_jax._src.training_probes import blind_spots, check_step
-from cbdp_jax._src.training_release import ReleaseLayout, recorder
 from cbdp_jax._src.training_problem import TrainingProblem, check_labels, cross_entropy
+from cbdp_jax._src.training_release import ReleaseLayout, recorder
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_in_range,

@@ -190,9 +190,11 @@ def bugs(runs: int, seed: int) -> list[dict]:
     return rows
 
 
-def false_alarms(runs: int, repeats: int, seed: int) -> list[dict]:
+def false_alarms(runs: int, repeats: int, seed: int, only=()) -> list[dict]:
     rows = []
     for name, make in CORRECT_STEPS.items():
+        if only and name not in only:
+            continue
         problem = problem_with(make(), name)
         config = ta.training_audit_config(CLAIM_EPS, samples=runs)
         t0, flagged, eps = time.perf_counter(), 0, []
@@ -213,12 +215,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20_000, help="runs per side")
     ap.add_argument("--repeats", type=int, default=20, help="audits per correct step")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", nargs="*", default=(), help="false alarms: these correct steps")
     args = ap.parse_args()
     setup_device(args.device)
     if args.part == "bugs":
         write(args.out, "release_critics", args, {"rows": bugs(args.runs, args.seed)})
     else:
-        rows = false_alarms(args.runs, args.repeats, args.seed)
+        rows = false_alarms(args.runs, args.repeats, args.seed, args.steps)
         write(args.out, "release_critics_false_alarms", args, {"rows": rows})
 
 

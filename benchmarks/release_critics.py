@@ -184,7 +184,7 @@ def bugs(runs: int, seed: int) -> list[dict]:
         print(
             f"{name:<13} exit {row['exit']} eps {row['epsilon']:.3f} (ceiling {row['ceiling']}) "
             f"best {best}; score alone: exit {before.violation:d} eps "
-            f"{before.empirical.epsilon:.3f}; groups {({k: round(v, 3) for k, v in groups.items()})}",
+            f"{before.empirical.epsilon:.3f}; groups { ({k: round(v, 3) for k, v in groups.items()}) }",
             flush=True,
         )
     return rows

@@ -362,6 +362,10 @@ class AuditConfig:
         the half-space chosen on training samples to refute the largest eps at the claim's delta
         (:func:`~cbdp_jax._src.hockey_stick.fit_tail`; two more members of the family). This is
         what makes eps at a small delta certifiable (docs/theory/training_audit.md, section 8).
+      feature_groups: Hockey-stick audits of a mechanism whose samples name feature groups
+        (:class:`~cbdp_jax._src.hockey_stick.FeatureGroup`, e.g. a training run's score and
+        statistics of its release): the names of the groups certified, in one family (None: all
+        the mechanism names). A mechanism without groups certifies its whole output.
 
     """
 
@@ -377,6 +381,7 @@ class AuditConfig:
     estimator_steps: int = 600
     gradient_steps: int = 0
     tail_bounds: bool = False
+    feature_groups: tuple[str, ...] | None = None
 
     def __post_init__(self):
         check_int_at_least("samples", self.samples, 100)
@@ -386,6 +391,8 @@ class AuditConfig:
         )
         check_in_range("confidence", self.confidence, 0.0, 1.0, low_open=True, high_open=True)
         check_int_at_least("gradient_steps", self.gradient_steps, 0)
+        if self.feature_groups is not None:
+            object.__setattr__(self, "feature_groups", tuple(self.feature_groups))
 
 
 class Row(NamedTuple):
@@ -798,7 +805,9 @@ def _critic_plane(xp: np.ndarray, xq: np.ndarray, gamma: float) -> tuple[np.ndar
     return best[1], best[2]
 
 
-def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[Row], int]:
+def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig,
+                 groups: tuple = ()) -> tuple[list[Row], int]:  # fmt: skip
+    """The certified rows of every feature group (the whole sample without groups), one family."""
     n = min(len(xp), len(xq))
     n_train = int(n * config.train_fraction)
     # 12 significant digits: a grid point eps * (e / eps) reads e, not 0.9999999999999999, in the JSON
@@ -807,14 +816,41 @@ def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[R
         if claim.epsilon > 0
         else [0.0]
     )
-    tails = 2 if config.tail_bounds else 0
-    family = len(grid) * len(config.classes) * 2 + tails
+    groups = tuple(groups) or (hs.FeatureGroup("score", lambda x: x),)
+    plans = [_group_plan(g, grid, claim, config) for g in groups]
+    family = sum(len(points) * len(classes) * 2 + tails for points, classes, tails in plans)
     rows = []
-    for i, eps in enumerate(grid):
+    for g_i, (group, plan) in enumerate(zip(groups, plans, strict=True)):
+        k = key if g_i == 0 else jax.random.fold_in(key, 10_000 + g_i)
+        rows += _group_rows(k, group, plan, xp[:n], xq[:n], n_train, claim, config, family)
+    return rows, family
+
+
+def _group_plan(group, grid: list[float], claim: Claim, config: AuditConfig):
+    """A group's grid points, critic classes and tail rows (its share of the family)."""
+    points = grid if group.grid else sorted({grid[0], claim.epsilon})
+    classes = config.classes if group.classes is None else group.classes
+    return points, classes, 2 if config.tail_bounds and group.tails else 0
+
+
+def _group_rows(key, group, plan, xp, xq, n_train: int, claim: Claim, config: AuditConfig,
+                family: int) -> list[Row]:  # fmt: skip
+    """One group's rows: critics fitted on the training split, certified on the held-out split."""
+    points, classes, tails = plan
+    xp, xq = np.asarray(group.features(xp)), np.asarray(group.features(xq))
+    if group.learned:  # a learned logit of the features, fitted on the training split only
+        key, k_logit = jax.random.split(key)
+        g, _ = hs.fit_logit(k_logit, xp[:n_train], xq[:n_train], "mlp", width=32, depth=2,
+                            steps=_LEARNED_STEPS, batch=1024)  # fmt: skip
+        xp, xq = g(xp)[:, None], g(xq)[:, None]
+    prefix = "" if group.name == "score" else f"{group.name}:"
+    n, rows = len(xp), []
+    for i, eps in enumerate(points):
         for j, (name, a, b) in enumerate((("P||Q", xp, xq), ("Q||P", xq, xp))):
-            for c_i, kind in enumerate(config.classes):
+            for c_i, kind in enumerate(classes):
                 k = jax.random.fold_in(key, 100 * i + 10 * j + c_i)
                 critic = hs.fit_critic(k, kind, a[:n_train], b[:n_train], math.exp(eps))
+                critic = critic._replace(label=prefix + critic.label)
                 rows.append(
                     _row(critic, (a[n_train:n], b[n_train:n]), eps, name, claim, config, family)
                 )
@@ -822,11 +858,15 @@ def _hockey_rows(key, xp, xq, claim: Claim, config: AuditConfig) -> tuple[list[R
     per_side = 1.0 - (1.0 - family_confidence(config.confidence, family)) / 2.0
     for name, a, b in (("P||Q", xp, xq), ("Q||P", xq, xp)) if tails else ():
         critic = hs.fit_tail(a[:n_train], b[:n_train], claim.delta, n - n_train, per_side)
+        critic = critic._replace(label=prefix + critic.label)
         held = (a[n_train:n], b[n_train:n])
         rows.append(
             _row(critic, held, claim.epsilon, name, claim, config, family, betting_too=False)
         )
-    return rows, family
+    return rows
+
+
+_LEARNED_STEPS = 300  # Adam steps of a learned group's logit (batches of 1024 per side)
 
 
 def _row(critic, held, eps: float, name: str, claim: Claim, config: AuditConfig, family: int,
@@ -1004,6 +1044,7 @@ def audit(
             k_screen, mech, math.exp(eps), config, space=space, candidates=candidates
         )
     d, d2 = (np.asarray(x) for x in pair)
+    groups = _chosen_groups(mech, config)  # checked before any sample is drawn
     kp, kq = jax.random.split(k_cert)
     tell = _progress_teller(progress, 2 * config.samples)
     tell(0)
@@ -1015,9 +1056,11 @@ def audit(
     refuse_non_finite(mech.name, xp, "D")
     refuse_non_finite(mech.name, xq, "D'")
     if claim.kind in ("pure", "approx"):
-        rows, family = _hockey_rows(k_fit, xp, xq, claim, config)
+        rows, family = _hockey_rows(k_fit, xp, xq, claim, config, groups)
         grid_name = "epsilon"
     else:
+        if groups:  # the estimator sees the first group (a mechanism's own score)
+            xp, xq = groups[0].features(xp), groups[0].features(xq)
         rows, family = _estimator_rows(k_fit, xp, xq, claim, config)
         grid_name = "alpha"
     n_test = config.samples - int(config.samples * config.train_fraction)
@@ -1058,11 +1101,22 @@ def _check_memory(mech, pair, space, config: AuditConfig) -> None:
     from cbdp_jax._src import sizes
 
     dataset = pair[0] if pair is not None else np.zeros(space.shape) if space is not None else None
-    # a training's output is its one score (tracing it would trace the whole training program)
-    traced = dataset is not None and not hasattr(mech, "problem")
-    dim = mech.output_dim(dataset) if traced else 1
+    # a training mechanism knows its width without tracing (tracing would trace the whole training)
+    known = dataset is not None or hasattr(mech, "problem")
+    dim = mech.output_dim(dataset) if known else 1
     noun = getattr(mech, "sample_noun", "samples")
     sizes.check_memory_for_audit(config.samples, config.screen_samples, dim, noun)
+
+
+def _chosen_groups(mech, config: AuditConfig) -> tuple:
+    """The mechanism's feature groups the config names (all of them by default; none: no groups)."""
+    groups = tuple(getattr(mech, "feature_groups", ()) or ())
+    if config.feature_groups is None or not groups:
+        return groups
+    known = {g.name: g for g in groups}
+    for name in config.feature_groups:
+        check_choice("feature_groups", name, tuple(known))
+    return tuple(known[name] for name in config.feature_groups)
 
 
 def _progress_teller(progress: Callable | None, total: int) -> Callable[[int], None]:

@@ -267,6 +267,34 @@ def _train(graphdef, params, rest, tx, xp, xq, gamma, key, steps: int, batch: in
     return params
 
 
+def fit_logit(
+    key: jax.Array, xp: np.ndarray, xq: np.ndarray, adversary: str = "mlp", *, steps: int = 400,
+    batch: int = 2048, **options,
+) -> tuple[Callable[[np.ndarray], np.ndarray], str]:  # fmt: skip
+    """G from the library's adversary class, trained by logistic regression of P against Q.
+
+    g approaches log(p/q) (weighted by the class sizes), whose super-level sets are the optimal
+    critics; the inputs are standardised by the training samples' mean and spread. Returns ``(g,
+    label)``, g mapping ``[n, d]`` numpy to ``[n]`` float64.
+    """
+    check_key(key)
+    spec = make_adversary(adversary, **options)
+    k_init, k_train = jax.random.split(key)
+    both = np.concatenate([xp, xq])
+    loc, scale = both.mean(0), both.std(0) + 1e-6
+    module = spec.build(k_init, xp.shape[1], loc=loc, scale=scale)
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    params = _train(
+        graphdef, params, rest, optax.adam(1e-2), jnp.asarray(xp, jnp.float32),
+        jnp.asarray(xq, jnp.float32), 1.0, k_train, steps, min(batch, len(xp), len(xq)),
+    )  # fmt: skip
+
+    def logit(x: np.ndarray) -> np.ndarray:
+        return np.asarray(_apply(graphdef, params, rest, jnp.asarray(x, jnp.float32)), np.float64)
+
+    return logit, spec.label
+
+
 def fit_trained(
     key: jax.Array,
     xp: np.ndarray,
@@ -284,30 +312,7 @@ def fit_trained(
     super-level sets are the optimal critics), then h = sigmoid(T (g - c)) with the temperature T and
     the offset c that maximise mean(h(X)) - gamma mean(h(Y)) on the same training samples.
     """
-    check_key(key)
-    spec = make_adversary(adversary, **options)
-    k_init, k_train = jax.random.split(key)
-    both = np.concatenate([xp, xq])
-    loc, scale = both.mean(0), both.std(0) + 1e-6
-    module = spec.build(k_init, xp.shape[1], loc=loc, scale=scale)
-    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
-    tx = optax.adam(1e-2)
-    params = _train(
-        graphdef,
-        params,
-        rest,
-        tx,
-        jnp.asarray(xp, jnp.float32),
-        jnp.asarray(xq, jnp.float32),
-        float(gamma),
-        k_train,
-        steps,
-        min(batch, len(xp), len(xq)),
-    )
-
-    def logit(x: np.ndarray) -> np.ndarray:
-        return np.asarray(_apply(graphdef, params, rest, jnp.asarray(x, jnp.float32)), np.float64)
-
+    logit, label = fit_logit(key, xp, xq, adversary, steps=steps, batch=batch, **options)
     # T and c are chosen on (at most) 20000 training samples per side: a grid of 196 candidates
     gp, gq = logit(xp[:20_000]), logit(xq[:20_000])
     # h = sigmoid(T (g - c)) is in sigmoid(H) (the last layer is affine); T and c chosen on training data
@@ -321,7 +326,7 @@ def fit_trained(
     def fn(x: np.ndarray) -> np.ndarray:
         return _sigmoid(t * (logit(x) - c))
 
-    return Critic(fn, f"sigmoid({spec.label})", val)
+    return Critic(fn, f"sigmoid({label})", val)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
@@ -352,6 +357,34 @@ def fit_critic(key: jax.Array, kind: str, xp, xq, gamma: float) -> Critic:
     if kind == "histogram":
         return fit_histogram(xp, xq, gamma)
     raise InvalidParameterError(f"critic={kind!r} is invalid: must be one of {list(CRITICS)}")
+
+
+class FeatureGroup(NamedTuple):
+    """A group of a mechanism's output features and the critics an audit fits on it.
+
+    A mechanism whose samples are ``[n, F]`` feature rows may name groups of them (e.g. a training
+    run's score, and statistics of everything its threat releases); the audit fits each group's
+    critics on the training split and certifies them on the held-out split, all groups' bounds in
+    ONE Bonferroni family (docs/theory/training_audit.md, section 10).
+
+    Attributes:
+      name: The group's name; its rows' critic labels are ``'name:label'`` (unprefixed for
+        ``'score'``).
+      features: ``[n, F] -> [n, d]`` numpy: the group's features of the samples.
+      classes: The critic classes fitted at the grid points (None: the audit's ``classes``).
+      grid: Every grid point (True), or only the lowest and the claim's eps (fewer members).
+      tails: The tail critics (:func:`fit_tail`, one per direction) where the audit asks for them.
+      learned: First learn a logit g of the group's features (:func:`fit_logit`, an MLP 32x2) on
+        the training split; the group's critics are then fitted on g's values: a learned critic.
+
+    """
+
+    name: str
+    features: Callable[[np.ndarray], np.ndarray]
+    classes: tuple[str, ...] | None = None
+    grid: bool = True
+    tails: bool = True
+    learned: bool = False
 
 
 class HockeyStickBound(NamedTuple):

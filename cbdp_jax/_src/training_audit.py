@@ -29,6 +29,7 @@ import numpy as np
 
 from cbdp_jax._src.audit_io import AuditMechanism, AuditRefusedError
 from cbdp_jax._src.dp_steps import BUGS, DpSgdState, dp_sgd
+from cbdp_jax._src.release_critics import release_groups
 from cbdp_jax._src.training_problem import (
     SCORES,
     THREATS,
@@ -36,6 +37,7 @@ from cbdp_jax._src.training_problem import (
     TrainingProblem,
     load_problem,
 )
+from cbdp_jax._src.training_release import ReleaseLayout, release_layout
 from cbdp_jax._src.training_runs import (
     Prepared,
     RunOutput,
@@ -76,7 +78,8 @@ def training_mechanism(problem: TrainingProblem, prep: Prepared | None = None) -
 
     ``dataset`` is ``[1.0]`` (D: canary in) or ``[0.0]`` (D': the relation's neighbour); ``fn``
     traces under ``jax.jit`` with n static. Its outputs are the n scores ``[n]``. ``sample`` runs
-    them in the programs :func:`training_runs` keeps and refuses runs that are not finite.
+    them in the programs :func:`training_runs` keeps, refuses runs that are not finite and returns
+    each run's score and release (:mod:`~cbdp_jax._src.training_release`).
     """
     prep = prepare(problem) if prep is None else prep
     runs = {}
@@ -92,7 +95,8 @@ def training_mechanism(problem: TrainingProblem, prep: Prepared | None = None) -
             runs[None] = make_run(problem, prep)
         return many_runs(problem, runs[None], key, present, n).score
 
-    return TrainingMechanism(fn, problem.name, problem=problem, prep=prep)
+    layout = release_layout(problem, prep)
+    return TrainingMechanism(fn, problem.name, problem=problem, prep=prep, release=layout)
 
 
 def _present(dataset) -> Any:
@@ -108,8 +112,11 @@ class TrainingMechanism(AuditMechanism):
 
     ``sample`` runs the trainings in the compiled program :func:`training_runs` keeps per run count,
     so an audit's D and D' samples, and any other call with the same count, share one compilation;
-    it refuses (:class:`~cbdp_jax.audit.AuditRefusedError`) when any run's parameters or score are
-    NaN or inf.
+    it refuses (:class:`~cbdp_jax.audit.AuditRefusedError`) when any run's parameters, score or
+    release are NaN or inf. A sample row is ``[score, release...]``: the threat's score, then what
+    the threat releases (``release``, a :class:`ReleaseLayout`; None records nothing more), which
+    ``feature_groups`` splits into the groups the audit certifies
+    (:mod:`~cbdp_jax._src.release_critics`).
     """
 
     problem: TrainingProblem
@@ -117,16 +124,33 @@ class TrainingMechanism(AuditMechanism):
     sample_noun: str = "runs"
     devices: Any = None
     progress: Any = None
+    release: ReleaseLayout | None = None
+
+    @property
+    def feature_groups(self) -> tuple:
+        """The :class:`~cbdp_jax._src.hockey_stick.FeatureGroup` tuple of the samples (score first)."""
+        if self.release is None:
+            return ()
+        kind = self.problem.score_kind() if self.problem.threat == "gradient" else None
+        return release_groups(self.release, kind)
+
+    def output_dim(self, dataset: Any) -> int:
+        """Values per run: the score and the release's T k (nothing is traced)."""
+        del dataset
+        if self.release is None or self.release.kind == "none":
+            return 1
+        return 1 + self.release.steps * self.release.width
 
     def sample(self, key: jax.Array, dataset: Any, n: int) -> np.ndarray:
-        """The scores of n runs on D (``dataset = [1]``) or D' (``[0]``), float64 ``[n, 1]``.
+        """N runs on D (``dataset = [1]``) or D' (``[0]``): ``[n, 1 + rows k]``, score first.
 
+        float32 (the values as recorded); float64 ``[n, 1]`` without a release.
         ``progress`` (if set) hears the runs of both sides as one count of 2n: D's, then D''s.
         """
         present = float(np.asarray(dataset, np.float64).reshape(-1)[0])
         out = training_runs(
             key, self.problem, n, canary=present, prep=self.prep, devices=self.devices,
-            progress=_both_sides(self.progress, n, present),
+            progress=_both_sides(self.progress, n, present), release=self.release,
         )  # fmt: skip
         bad = int(np.sum(~out.finite))
         if bad:
@@ -136,7 +160,11 @@ class TrainingMechanism(AuditMechanism):
                 "certifies nothing about runs it could not check (lower the learning rate, or check "
                 "the data and the loss)"
             )
-        return np.asarray(out.score, np.float64)[:, None]
+        if self.release is None or self.release.kind == "none":
+            return np.asarray(out.score, np.float64)[:, None]
+        # float32 throughout (the values as recorded): n x (1 + T k) numbers per side
+        release = np.asarray(out.release, np.float32).reshape(n, -1)
+        return np.concatenate([np.asarray(out.score, np.float32)[:, None], release], axis=1)
 
 
 def _both_sides(progress, n: int, present: float):
@@ -186,7 +214,10 @@ def training_audit_config(epsilon: float = 1.0, **overrides) -> Any:
 
     The grid is :func:`eps_grid_for` the claimed ``epsilon``; the critics are indicators, certified
     with exact binomial bounds as well, plus one tail set per direction for eps at the claim's delta
-    (``tail_bounds``, docs/theory/training_audit.md section 8); ``overrides`` replace any field.
+    (``tail_bounds``, docs/theory/training_audit.md section 8). Every feature group of the runs'
+    release is certified in the same family (``feature_groups=None``; docs/theory/training_audit.md
+    section 10; ``feature_groups=('score',)`` is the score alone, the audit of before);
+    ``overrides`` replace any field.
     """
     from cbdp_jax._src.audit import AuditConfig
 

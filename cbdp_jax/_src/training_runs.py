@@ -50,6 +50,7 @@ from cbdp_jax._src.training_ops import (
 )
 from cbdp_jax._src.training_probes import blind_spots, check_step
 from cbdp_jax._src.training_problem import TrainingProblem, check_labels, cross_entropy
+from cbdp_jax._src.training_release import ReleaseLayout, recorder
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_in_range,
@@ -191,6 +192,8 @@ class RunOutput(NamedTuple):
       finite: Whether the final parameters, the updates along the canary and the score are all
         finite ``[]`` bool (an audit refuses runs that are not).
       extra: What ``make_run``'s ``observe`` returned (empty without it).
+      release: What the threat releases beyond the score, ``[rows, k]`` float32 (the layout's
+        coordinates, :mod:`~cbdp_jax._src.training_release`; ``[0, 0]`` without a layout).
 
     """
 
@@ -199,13 +202,17 @@ class RunOutput(NamedTuple):
     overflow: jax.Array
     finite: jax.Array
     extra: Any = ()
+    release: Any = ()
 
 
 def _sizes(problem: TrainingProblem) -> tuple[int, int]:
     return problem.examples, problem.neighbour_examples
 
 
-def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = None, observe=None):
+def make_run(
+    problem: TrainingProblem, prep: Prepared, *, side: float | None = None, observe=None,
+    release: ReleaseLayout | None = None,
+):  # fmt: skip
     """The pure function ``run(key, present) -> RunOutput`` of one training (jit / vmap ready).
 
     ``present`` is 1.0 on D (canary in) and 0.0 on D' (the relation's neighbour). The key is split
@@ -213,7 +220,9 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
     A step built per data set whose D and D' sizes differ needs the side fixed: ``side`` (1.0 or
     0.0), and ``present`` is then ignored. ``observe(final_params, z)`` (z: every step's update
     along the canary's direction over the unit, ``[T]``, whatever the threat) adds what it returns
-    to the output's ``extra`` (e.g. what other adversaries of the same runs see).
+    to the output's ``extra`` (e.g. what other adversaries of the same runs see). ``release`` (a
+    :class:`~cbdp_jax._src.training_release.ReleaseLayout`) records its coordinates of every step's
+    update (``'updates'``) or of the final move (``'final'``) in the output's ``release``.
     """
     sampler, slots, steps = problem.sampler, prep.x.shape[0], problem.steps
     threat, q = problem.threat, problem.sampling_rate
@@ -228,6 +237,8 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
     txs = {s: problem.step_for(size) for s, size in ((1.0, size_d), (0.0, size_out))}
     default_loss = problem.loss_fn is None
     ghost = {s: ghost_update(prep, tx, default_loss) for s, tx in txs.items()}
+    layout = ReleaseLayout("none") if release is None else release
+    take = recorder(layout, prep.params)
 
     def run(key: jax.Array, present: jax.Array) -> RunOutput:
         present = jnp.float32(side) if side is not None else jnp.asarray(present, jnp.float32)
@@ -250,16 +261,23 @@ def make_run(problem: TrainingProblem, prep: Prepared, *, side: float | None = N
                 grads = batch_grads(prep, params, idx, valid, present)
                 updates, state = apply_step(tx, grads, state, params, valid)
             z = tree_dot(updates, prep.direction) / prep.unit
-            return (optax.apply_updates(params, updates), state, over + overflow), z
+            seen = take(updates) if layout.kind == "updates" else jnp.zeros((0,), jnp.float32)
+            return (optax.apply_updates(params, updates), state, over + overflow), (z, seen)
 
         carry0 = (prep.params, state, jnp.zeros((), jnp.int32))
-        (final, _, over), z = jax.lax.scan(body, carry0, jnp.arange(steps))
+        (final, _, over), (z, seen) = jax.lax.scan(body, carry0, jnp.arange(steps))
+        if layout.kind == "final":
+            seen = take(jax.tree.map(jnp.subtract, final, prep.params))[None]
+        elif layout.kind == "none":
+            seen = jnp.zeros((0, 0), jnp.float32)
         z_all = z
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(final)]))
         score, z = score_of(final, z)
-        finite = finite & jnp.all(jnp.isfinite(z)) & jnp.isfinite(score)
+        finite = (
+            finite & jnp.all(jnp.isfinite(z)) & jnp.isfinite(score) & jnp.all(jnp.isfinite(seen))
+        )
         extra = () if observe is None else observe(final, z_all)
-        return RunOutput(score, z, over, finite, extra)
+        return RunOutput(score, z, over, finite, extra, seen)
 
     def score_of(final, z):
         if kind == "llr":
@@ -312,7 +330,7 @@ def many_runs(problem: TrainingProblem, run, key: jax.Array, present, n: int) ->
 
 def training_runs(
     key: jax.Array, problem: TrainingProblem, n: int, *, canary: bool | float = True,
-    prep: Prepared | None = None, devices=None, progress=None,
+    prep: Prepared | None = None, devices=None, progress=None, release: ReleaseLayout | None = None,
 ) -> RunOutput:  # fmt: skip
     """N independent trainings on D (``canary=True``) or D', over every device, in short calls.
 
@@ -330,6 +348,7 @@ def training_runs(
       prep: :func:`prepare`'s result (computed if None).
       devices: The devices to shard the runs over (default every device of every process).
       progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` after each block.
+      release: The coordinates each run records beyond its score (:func:`make_run`); None: none.
 
     Returns:
       :class:`RunOutput` with a leading axis of n (numpy arrays), the same in every process.
@@ -341,10 +360,10 @@ def training_runs(
     side = float(canary) if problem.step_per_data_set else None
 
     def build():
-        return make_run(problem, prep, side=side), {}
+        return make_run(problem, prep, side=side, release=release), {}
 
     # the last few run functions and their compiled programs kept: D and D' (and other keys) reuse them
-    run, programs = remembered(_PROGRAMS, (problem, prep), side, build, keep=4)
+    run, programs = remembered(_PROGRAMS, (problem, prep), (side, release), build, keep=4)
     out = sharded_runs(
         run, key, n, np.float32(canary), devices=devices, max_chunk=problem.chunk,
         progress=progress, programs=programs,

@@ -130,6 +130,12 @@ def audit_training_cmd(
     clipping does not bind on, parameters without noise, a normalisation the relation or the
     canary hides) is named after the verdict ("not seen") and in the JSON's blind_spots.
 
+    Beyond the threat's score, the gradient threat records every update along the canary's
+    coordinate, dead twins (coordinates no example moves) and a few moved ones, and the white-box
+    threat several final coordinates; critics of that release (rows named group:critic: sum, steps,
+    twins, exact, learned, coordinates) are certified in the same family, so a step whose noise
+    is repeated across steps, shared across coordinates or missing at some steps is seen.
+
     Exit status: 0 when no violation is certified, 1 when one is, 2 for bad input.
     """
     import jax

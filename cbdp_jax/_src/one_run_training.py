@@ -300,6 +300,7 @@ def one_run_training(
     key: jax.Array, problem: TrainingProblem, *, canaries: int = 1000, kind: str | None = None,
     directions: str = "auto", score: str = "sum", delta: float = 1e-5, level: float = 0.95,
     input_canaries: str = "ood", eval_data=None, compare: bool = True,
+    claim: float | None = None,
 ) -> OneRunTrainingResult:  # fmt: skip
     """Inserts m canaries into ``problem``'s training, trains ONCE, and bounds eps from their scores.
 
@@ -324,6 +325,8 @@ def one_run_training(
       input_canaries: ``'ood'`` or ``'mislabel'`` (``kind='input'``).
       eval_data: ``(X, y)`` to evaluate the model's loss and accuracy on (default the training data).
       compare: Also train without any canary (same batches' key and noise): the price of the audit.
+      claim: The eps claimed at ``delta`` (default the accountant's: Poisson-subsampled Gaussian,
+        add/remove, at the problem's noise multiplier, q and steps; None without them).
 
     Returns:
       A :class:`OneRunTrainingResult`.
@@ -340,7 +343,8 @@ def one_run_training(
     program = jax.jit(run)
     out = jax.tree.map(np.asarray, program(k_run, jnp.float32(1.0)))
     base = jax.tree.map(np.asarray, program(k_run, jnp.float32(0.0))) if compare else None
-    claim = claim_epsilon(problem, rate, delta)
+    if claim is None:
+        claim = claim_epsilon(problem, rate, delta)
     return _result(out, base, layout, problem, rate, kind, score, delta, level, claim,
                    time.perf_counter() - start)  # fmt: skip
 

@@ -171,14 +171,30 @@ def _bcast(v, a):
     return v.reshape((-1,) + (1,) * (a.ndim - 1))
 
 
+def _sharded(mesh, *arrays):
+    """The batch's arrays padded to a multiple of the devices and split over them (data parallel)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if mesh is None:
+        return arrays
+    pad = -arrays[0].shape[0] % mesh.size
+    spec = NamedSharding(mesh, PartitionSpec("batch"))
+    return tuple(
+        jax.lax.with_sharding_constraint(jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)), spec)
+        for a in arrays
+    )
+
+
 def make_one_run(problem: TrainingProblem, layout: Layout, *, llr: bool = False,
-                 noise_multiplier: float | None = None, rate: float = 1.0):  # fmt: skip
+                 noise_multiplier: float | None = None, rate: float = 1.0,
+                 mesh=None):  # fmt: skip
     """The pure function ``run(key, active) -> RunOut`` of one training with the canaries.
 
     ``active`` = 1 draws the coins; 0 trains without any canary (the same batches' key and noise),
     the comparison run for the price of the audit. ``llr`` (coordinate canaries) also records the
     per-step canary coordinates and scores them by the Poisson-subsampled Gaussian's likelihood
-    ratio at ``noise_multiplier`` and ``rate``.
+    ratio at ``noise_multiplier`` and ``rate``. ``mesh`` (a 1-D ``jax.sharding.Mesh`` with axis
+    ``'batch'``) splits each step's batch over its devices: data parallel, the padded slots empty.
     """
     cs, n = layout.canaries, layout.x.shape[0]
     slots, sampler, steps = n + cs.m, problem.sampler, problem.steps
@@ -196,6 +212,7 @@ def make_one_run(problem: TrainingProblem, layout: Layout, *, llr: bool = False,
         def body(carry, t):
             params, state, over, hits = carry
             idx, valid, overflow = sampler.batch(plan, t, slots, size)
+            idx, valid = _sharded(mesh, idx, valid)
             g, is_c, cid = _batch_grads(layout, params, idx, valid, order, unravel)
             updates, state = apply_step(layout.tx, g, state, params, valid)
             hits = hits.at[cid].add(is_c.astype(jnp.int32))

@@ -250,14 +250,22 @@ def _check(problem, canaries, kind, score, delta, level, directions, input_kind)
     return kind
 
 
-def _setup(key, problem, canaries, kind, score, delta, level, directions, input_kind, eval_data):
+def _mesh(devices):
+    """A 1-D mesh over ``devices`` (axis ``'batch'``), or None for one device."""
+    if devices is None or len(devices) < 2:
+        return None
+    return jax.sharding.Mesh(np.asarray(devices), ("batch",))
+
+
+def _setup(key, problem, canaries, kind, score, delta, level, directions, input_kind, eval_data,
+           mesh=None):  # fmt: skip
     kind = _check(problem, canaries, kind, score, delta, level, directions, input_kind)
     k_canary, k_run = jax.random.split(check_key(key))
     layout = _layout(k_canary, problem, canaries, kind, directions, input_kind, eval_data)
     n = layout.x.shape[0]
     rate = problem.sampler.sampling_rate(layout.step_size or n + canaries // 2)
     run = make_one_run(problem, layout, llr=score == "llr",
-                       noise_multiplier=problem.noise_multiplier, rate=rate)  # fmt: skip
+                       noise_multiplier=problem.noise_multiplier, rate=rate, mesh=mesh)  # fmt: skip
     return kind, layout, rate, run, k_run
 
 
@@ -300,7 +308,7 @@ def one_run_training(
     key: jax.Array, problem: TrainingProblem, *, canaries: int = 1000, kind: str | None = None,
     directions: str = "auto", score: str = "sum", delta: float = 1e-5, level: float = 0.95,
     input_canaries: str = "ood", eval_data=None, compare: bool = True,
-    claim: float | None = None,
+    claim: float | None = None, devices=None,
 ) -> OneRunTrainingResult:  # fmt: skip
     """Inserts m canaries into ``problem``'s training, trains ONCE, and bounds eps from their scores.
 
@@ -327,6 +335,8 @@ def one_run_training(
       compare: Also train without any canary (same batches' key and noise): the price of the audit.
       claim: The eps claimed at ``delta`` (default the accountant's: Poisson-subsampled Gaussian,
         add/remove, at the problem's noise multiplier, q and steps; None without them).
+      devices: Split each step's batch over these devices (data parallel; default every local
+        device, one device: no split). The result is the same up to float rounding.
 
     Returns:
       A :class:`OneRunTrainingResult`.
@@ -337,8 +347,19 @@ def one_run_training(
 
     """
     start = time.perf_counter()
+    mesh = _mesh(jax.local_devices() if devices is None else list(devices))
     kind, layout, rate, run, k_run = _setup(
-        key, problem, canaries, kind, score, delta, level, directions, input_canaries, eval_data
+        key,
+        problem,
+        canaries,
+        kind,
+        score,
+        delta,
+        level,
+        directions,
+        input_canaries,
+        eval_data,
+        mesh,
     )
     program = jax.jit(run)
     out = jax.tree.map(np.asarray, program(k_run, jnp.float32(1.0)))

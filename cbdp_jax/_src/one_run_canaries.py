@@ -64,11 +64,19 @@ class CanarySet(NamedTuple):
 
 
 def moved_coordinates(loss, graphdef, params, x, y, *, chunk: int = 128) -> np.ndarray:
-    """``[P]`` bool: the coordinates some example's gradient moves (at init and a perturbed point)."""
+    """``[P]`` bool: the coordinates some example's gradient moves, at init or at a perturbed point.
+
+    The points: the initial parameters and three perturbations of them (by 0.1, 1 and 3 times
+    independent standard normals), so that a coordinate idle at init only by accident (e.g. the weights into a ReLU unit
+    no example activates yet) is counted as moved; what stays is idle by the data's structure (the
+    weights of an always-zero feature).
+    """
     from jax.flatten_util import ravel_pytree
 
     flat, unravel = ravel_pytree(params)
-    shaken = unravel(flat + 0.1 * jax.random.normal(jax.random.key(1), flat.shape))
+    noises = [
+        s * jax.random.normal(jax.random.key(i), flat.shape) for i, s in enumerate((0.1, 1, 3))
+    ]
     n = x.shape[0]
     pad = -n % chunk
     xs = jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)]).reshape(-1, chunk, *x.shape[1:])
@@ -82,7 +90,8 @@ def moved_coordinates(loss, graphdef, params, x, y, *, chunk: int = 128) -> np.n
 
         return jnp.max(jax.lax.map(one, (xs, ys)), axis=0)
 
-    return np.asarray((largest(params) + largest(shaken)) > 0.0)
+    moved = largest(params) + sum(largest(unravel(flat + e)) for e in noises)
+    return np.asarray(moved > 0.0)
 
 
 def gradient_canaries(

@@ -119,8 +119,9 @@ def tightness(args) -> dict:
     rows = []
     for eps in args.eps:
         p = problem(eps=eps, rate=0.01, steps=1000)
-        res = ta.one_run_repeats(jax.random.key(int(eps)), p, args.runs, canaries=1000, chunk=8)
-        rows.append(_row(res, f"q=0.01 T=1000 eps~{eps}"))
+        res = ta.one_run_repeats(jax.random.key(int(eps)), p, args.runs, canaries=1000, chunk=8,
+                                 score=args.score)  # fmt: skip
+        rows.append(_row(res, f"q=0.01 T=1000 eps~{eps}, {args.score} score"))
         print(rows[-1], flush=True)
     if args.full_batch:
         p = problem(eps=8.0, rate=1.0, steps=10, lr=0.05)
@@ -157,16 +158,43 @@ def scale(args) -> dict:
     return {"rows": rows}
 
 
+def summary() -> None:
+    """benchmarks/measured/one-run-training/summary.json: the must-show numbers of every section."""
+    got = {f.stem: json.loads(f.read_text()) for f in sorted(OUT.glob("*.json"))
+           if f.stem != "summary"}  # fmt: skip
+    out = {}
+    if "soundness" in got:
+        s = got["soundness"]
+        out["soundness"] = {k: s[k] for k in ("claim", "runs", "above_claim",
+                                              "negative_control_post_hoc_fdp_above_claim")}  # fmt: skip
+    if "bugs" in got:
+        out["bugs"] = {k: {x: v[x] for x in ("claim", "violation", "best", "eps")}
+                       for k, v in got["bugs"].items() if k != "meta"}  # fmt: skip
+    keep = ("setting", "claim", "steinke", "fdp", "gaussian-scores", "mu_fitted", "ceiling",
+            "noise_ratio")  # fmt: skip
+    for name in ("tightness-full-batch", "tightness-llr", "black-box"):
+        if name in got:
+            out[name] = [{k: r.get(k) for k in keep} for r in got[name]["rows"]]
+    if "scale" in got:
+        out["scale"] = got["scale"]["rows"]
+    out["commands_and_load"] = {k: v["meta"] for k, v in got.items()}
+    (OUT / "summary.json").write_text(json.dumps(out, indent=2, default=float))
+    print(json.dumps(out, indent=2, default=float))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("section", choices=("soundness", "bugs", "tightness", "black-box", "scale",
-                                        "scale-one"))  # fmt: skip
+                                        "scale-one", "summary"))  # fmt: skip
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--eps", type=float, nargs="+", default=[2.0, 4.0, 8.0])
     ap.add_argument("--full-batch", action="store_true")
+    ap.add_argument("--score", choices=("sum", "llr"), default="sum")
     ap.add_argument("--m", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=100)
     args = ap.parse_args()
+    if args.section == "summary":
+        return summary()
     if args.section == "scale-one":
         print(json.dumps(scale_one(args.m, args.steps)))
         return
@@ -181,6 +209,7 @@ def main() -> None:
     }  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     name = args.section + ("-full-batch" if args.full_batch and args.section == "tightness" else "")
+    name += "-llr" if args.score == "llr" else ""
     (OUT / f"{name}.json").write_text(json.dumps(payload, indent=2, default=float))
     print(json.dumps(payload, indent=2, default=float))
 

@@ -137,15 +137,17 @@ def black_box(args) -> dict:
     return {"rows": [_row(res, "input canaries (ood), default start, q=0.01 T=1000 eps~8")]}
 
 
-def scale_one(m: int, steps: int) -> dict:
+def scale_one(m: int, steps: int, hidden: int = HIDDEN) -> dict:
     p = problem(eps=2.0, rate=0.01, steps=steps)
+    p = dataclasses.replace(p, model=ta.make_model("mlp", 64, 10, hidden=hidden))
     t = time.perf_counter()
     r = ta.one_run_training(jax.random.key(2), p, canaries=m, compare=False,
                             directions="dense" if m > 1200 else "auto")  # fmt: skip
     secs = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux -> MiB
     return {"m": m, "steps": steps, "directions": r.directions, "seconds": secs,
-            "peak_rss_mib": peak, "params": 64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10}  # fmt: skip
+            "peak_rss_mib": peak, "params": 64 * hidden + hidden + hidden * 10 + 10,
+            "m_x_p_matrix_mib": m * (75 * hidden + 10) * 4 / 2**20}  # fmt: skip
 
 
 def scale(args) -> dict:
@@ -192,11 +194,12 @@ def main() -> None:
     ap.add_argument("--score", choices=("sum", "llr"), default="sum")
     ap.add_argument("--m", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--hidden", type=int, default=HIDDEN)
     args = ap.parse_args()
     if args.section == "summary":
         return summary()
     if args.section == "scale-one":
-        print(json.dumps(scale_one(args.m, args.steps)))
+        print(json.dumps(scale_one(args.m, args.steps, args.hidden)))
         return
     t = time.perf_counter()
     fn = {"soundness": soundness, "bugs": bugs, "tightness": tightness, "black-box": black_box,

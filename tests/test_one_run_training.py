@@ -266,3 +266,32 @@ def test_a_users_fixed_size_sampler_accounted_as_poisson_is_certified_on_aligned
     config = ta.training_audit_config(eps, samples=20_000)
     res = ta.audit_training(jax.random.key(0), user, config=config)
     assert res.violation, res.verdict
+
+
+SHARDED = textwrap.dedent(
+    """
+    import jax, numpy as np
+    from cbdp_jax import training_audit as ta
+    p = ta.build_problem(model="mlp", data="digits", n=300, noise=1.0, rate=0.05, steps=10)
+    assert len(jax.devices()) == 2
+    one = ta.one_run_training(jax.random.key(3), p, canaries=100, compare=False,
+                              devices=jax.devices()[:1])
+    two = ta.one_run_training(jax.random.key(3), p, canaries=100, compare=False)
+    reps = ta.one_run_repeats(jax.random.key(3), p, 4, canaries=100)
+    print(float(np.max(np.abs(one.scores - two.scores))), bool(np.array_equal(one.coins, two.coins)),
+          len({r.included for r in reps}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_one_run_splits_its_batch_over_two_devices_with_the_same_result():
+    # two CPU devices in a fresh process: the batch split over both (data parallel) gives the
+    # single device's scores (to float rounding) and the same coins; repeats shard their keys
+    env = dict(os.environ, PYTHONPATH=os.getcwd(),
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", SHARDED], capture_output=True, text=True,
+                          env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    diff, same, distinct = proc.stdout.split()
+    assert float(diff) < 1e-3 and same == "True" and int(distinct) > 1

@@ -178,7 +178,7 @@ def summary() -> None:
         if name in got:
             out[name] = [{k: r.get(k) for k in keep} for r in got[name]["rows"]]
     if "scale" in got:
-        out["scale"] = got["scale"]["rows"]
+        out["scale"] = got["scale"]["rows"] + got.get("scale-1e6", {}).get("rows", [])
     out["commands_and_load"] = {k: v["meta"] for k, v in got.items()}
     (OUT / "summary.json").write_text(json.dumps(out, indent=2, default=float))
     print(json.dumps(out, indent=2, default=float))

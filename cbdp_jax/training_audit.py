@@ -34,6 +34,9 @@ from cbdp_jax._src.crafted_init import crafted_start as crafted_start
 from cbdp_jax._src.dp_steps import BUGS as BUGS
 from cbdp_jax._src.dp_steps import DpSgdState as DpSgdState
 from cbdp_jax._src.dp_steps import dp_sgd as dp_sgd
+from cbdp_jax._src.one_run_training import OneRunTrainingResult as OneRunTrainingResult
+from cbdp_jax._src.one_run_training import one_run_repeats as one_run_repeats
+from cbdp_jax._src.one_run_training import one_run_training as one_run_training
 from cbdp_jax._src.sharded_runs import Progress as Progress
 from cbdp_jax._src.sharded_runs import sharded_runs as sharded_runs
 from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_delta as shuffle_lower_delta
@@ -75,6 +78,7 @@ __all__ = [
     "INITS",
     "MLP",
     "MODELS",
+    "OneRunTrainingResult",
     "RELATIONS",
     "SAMPLERS",
     "THREATS",
@@ -109,6 +113,8 @@ __all__ = [
     "load_problem",
     "make_model",
     "make_run",
+    "one_run_repeats",
+    "one_run_training",
     "many_runs",
     "prepare",
     "sharded_runs",

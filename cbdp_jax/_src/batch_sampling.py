@@ -24,6 +24,9 @@ slots by a uniform permutation and cuts ``size // b`` batches an epoch from it.
   with ``drop_remainder``). Each example is in exactly one batch of every epoch when batch_size | n.
 * ``'fixed'``: each step a uniform subset of exactly ``batch_size`` examples, independently (the
   ``batch_size`` largest of n uniforms).
+* ``'custom'``: the user's own ``function(key, step, n)`` (:mod:`~cbdp_jax._src.user_sampler`): the
+  batch of a data pipeline the library never sees, audited like a step (accounted as Poisson at
+  ``rate``, default ``batch_size / n``).
 
 References:
   Abadi et al. 2016, "Deep learning with differential privacy" (Poisson sampling, the moments
@@ -42,6 +45,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from cbdp_jax._src import user_sampler
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -59,7 +63,12 @@ class BatchSampler:
     Attributes:
       kind: ``'poisson'``, ``'shuffle'`` or ``'fixed'``.
       rate: The Poisson inclusion probability q in (0, 1] (``'poisson'`` only).
-      batch_size: The batch size b >= 1 (``'shuffle'`` and ``'fixed'``).
+      batch_size: The batch size b >= 1 (``'shuffle'`` and ``'fixed'``; ``'custom'``: the most
+        examples a step's mask may hold, when ``function`` returns a mask).
+      function: ``'custom'`` only: the user's sampler ``function(key, step, n)`` returning step's
+        batch as indices ``[b]`` (entries outside [0, n) are empty slots) or a mask ``[n]`` bool,
+        traceable by JAX (:mod:`~cbdp_jax._src.user_sampler`). ``rate`` is then the q it is
+        accounted at (default ``batch_size / n``).
 
     Examples:
       >>> import jax
@@ -72,8 +81,11 @@ class BatchSampler:
     kind: str
     rate: float | None = None
     batch_size: int | None = None
+    function: Any = None
 
     def __post_init__(self):
+        if self.kind == "custom" or self.function is not None:
+            return user_sampler.check(self)
         check_choice("sampler", self.kind, SAMPLERS)
         if self.kind == "poisson":
             if self.rate is None:
@@ -88,6 +100,8 @@ class BatchSampler:
 
     def check_size(self, n: int, *, what: str = "the examples, canary included") -> None:
         """Raises unless the sampler can draw batches from ``n`` examples (``what`` names them)."""
+        if self.kind == "custom":
+            return user_sampler.check_size(self, n, what)
         if n < 1 or (self.kind != "poisson" and self.batch_size > n):
             raise InvalidParameterError(
                 f"batch_size={self.batch_size!r} is invalid: must be in [1, {n}] ({what})"
@@ -95,16 +109,27 @@ class BatchSampler:
                 else f"examples={n} is invalid: a data set needs at least 1 example ({what})"
             )
 
+    @property
+    def accounted_as(self) -> str:
+        """The sampling a claim names: the kind, or ``'poisson'`` for a user's sampler (its q)."""
+        return "poisson" if self.kind == "custom" else self.kind
+
     def sampling_rate(self, n: int) -> float:
         """q: the rate, or b / n for the fixed-size samplers (what implementations account)."""
+        if self.kind == "custom":
+            return user_sampler.rate(self, n)
         return float(self.rate) if self.kind == "poisson" else self.batch_size / n
 
     def expected_batch(self, n: int) -> float:
         """The expected batch size: qn, or b."""
+        if self.kind == "custom":
+            return user_sampler.rate(self, n) * n
         return float(self.rate) * n if self.kind == "poisson" else float(self.batch_size)
 
     def capacity(self, n: int) -> int:
         """The physical batch: the static number of slots ``indices`` returns."""
+        if self.kind == "custom":
+            return user_sampler.capacity(self, n)
         if self.kind != "poisson":
             return int(self.batch_size)
         qn = float(self.rate) * n
@@ -143,6 +168,8 @@ class BatchSampler:
         size = n if size is None else size
         if self.kind == "shuffle":
             return self._shuffled(plan, t, n, size, cap)
+        if self.kind == "custom":
+            return user_sampler.batch(self, plan, t, n, size, cap)
         k_t = jax.random.fold_in(plan, t)
         if self.kind == "fixed":  # the b largest of the present slots' uniforms: a uniform b-subset
             u = jax.random.uniform(k_t, (n,))

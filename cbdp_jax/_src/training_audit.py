@@ -192,7 +192,7 @@ def default_claim(problem: TrainingProblem, delta: float = 1e-5) -> str:
         )
     return (
         f"dpsgd:noise={problem.noise_multiplier:g},rate={problem.sampling_rate:.10g},"
-        f"steps={problem.steps},delta={delta:g},sampling={problem.sampler.kind},"
+        f"steps={problem.steps},delta={delta:g},sampling={problem.sampler.accounted_as},"
         f"relation={problem.audited_relation}"
     )
 

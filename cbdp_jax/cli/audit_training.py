@@ -71,6 +71,20 @@ _THREAT = (
     "average-case"
 )
 
+_ONE_RUN = (
+    "audit in ONE training: --canaries canaries inserted, each with probability 1/2, the model "
+    "trained once, and the one-run bounds (steinke, fdp, gdp, gaussian-scores) on their scores. "
+    "--threat gradient: gradient canaries; black-box: input canaries scored by the final loss"
+)
+_DIRECTIONS = (
+    "--one-run gradient canaries: coordinate (coordinates no example moves), dense (random unit "
+    "vectors, regenerated from keys) or auto (coordinates when the model has enough)"
+)
+_SCORE = (
+    "--one-run: sum (the updates along each canary) or llr (their likelihood ratio for the "
+    "finite-sample methods; coordinate canaries); gaussian-scores always gets the sum"
+)
+
 # the options that build a problem: refused with --problem (the factory builds it)
 _BUILDERS = (
     "model", "data", "examples", "sampler", "noise", "clip", "rate", "batch_size", "steps",
@@ -110,6 +124,12 @@ def audit_training_cmd(
     seed: Annotated[int, _Opt(help="PRNG seed (model init, data, runs)")] = 0,
     output_format: Annotated[str, _Opt("--format", help="table or json")] = "table",
     out: Annotated[Path | None, _Opt(help="folder for audit.json and report.png")] = None,
+    one_run: Annotated[bool, _Opt("--one-run", help=_ONE_RUN)] = False,
+    canaries: Annotated[
+        int, _Opt(help="--one-run: canaries m, each in with probability 1/2")
+    ] = 1000,
+    directions: Annotated[str, _Opt(help=_DIRECTIONS)] = "auto",
+    score: Annotated[str, _Opt(help=_SCORE)] = "sum",
 ) -> None:
     """Audit DP training as it is run: many trainings on D and on its neighbour D', in one program.
 
@@ -136,19 +156,28 @@ def audit_training_cmd(
     twins, exact, learned, coordinates) are certified in the same family, so a step whose noise
     is repeated across steps, shared across coordinates or missing at some steps is seen.
 
+    With --one-run: m canaries (--canaries), each in by its own coin, are inserted into ONE
+    training of the same problem, and the one-run bounds (steinke, fdp, gdp: finite-sample;
+    gaussian-scores: asymptotic) are checked against the claim (docs/theory/one_run.md, section 8).
+
     Exit status: 0 when no violation is certified, 1 when one is, 2 for bad input.
     """
     import jax
 
     from cbdp_jax._src import audit as au
+    from cbdp_jax.cli.one_run_training import ONE_RUN_OPTIONS, check_one_run_options, one_run_cmd
 
     opts = dict(locals())
     check_format_and_out(output_format, out)
     _check_options(opts)
-    given = _given(ctx, (*_BUILDERS, "claim", "delta", "accountant", "chunk"))
+    given = _given(ctx, (*_BUILDERS, "claim", "delta", "accountant", "chunk", "runs",
+                         *ONE_RUN_OPTIONS))  # fmt: skip
+    check_one_run_options(opts, given)
     built, setup = _problem(opts, given)
     text = _claim_text(built, opts, given)
     parsed = au.parse_claim(text)
+    if one_run:
+        return one_run_cmd(built, setup, opts, parsed, output_format, out)
     config = _training_config(parsed.epsilon, runs, confidence)
     start = time.perf_counter()
     result = _audit_with_progress(jax.random.key(seed), built, text, config, runs)

@@ -312,7 +312,7 @@ def many_runs(problem: TrainingProblem, run, key: jax.Array, present, n: int) ->
 
 def training_runs(
     key: jax.Array, problem: TrainingProblem, n: int, *, canary: bool | float = True,
-    prep: Prepared | None = None, devices=None, progress=None,
+    prep: Prepared | None = None, devices=None, progress=None, blocks=None,
 ) -> RunOutput:  # fmt: skip
     """N independent trainings on D (``canary=True``) or D', over every device, in short calls.
 
@@ -330,6 +330,8 @@ def training_runs(
       prep: :func:`prepare`'s result (computed if None).
       devices: The devices to shard the runs over (default every device of every process).
       progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` after each block.
+      blocks: A checkpoint of these runs (:meth:`~cbdp_jax._src.run_blocks.RunBlocks.part`), or
+        None: the runs it holds are loaded, the others run and written into it.
 
     Returns:
       :class:`RunOutput` with a leading axis of n (numpy arrays), the same in every process.
@@ -347,7 +349,7 @@ def training_runs(
     run, programs = remembered(_PROGRAMS, (problem, prep), side, build, keep=4)
     out = sharded_runs(
         run, key, n, np.float32(canary), devices=devices, max_chunk=problem.chunk,
-        progress=progress, programs=programs,
+        progress=progress, programs=programs, blocks=blocks,
     )  # fmt: skip
     return RunOutput(*out)
 

@@ -71,6 +71,16 @@ _THREAT = (
     "average-case"
 )
 
+_CHECKPOINT = (
+    "folder the runs' scores are written into in blocks as they finish (about every 10 s), so a "
+    "killed audit can resume (--resume); default OUT/runs with --out, else none"
+)
+_RESUME = (
+    "continue the audit whose blocks are in the checkpoint folder: the runs done are loaded, the "
+    "rest run (same keys: the same scores and verdict as a run left alone). A folder written for "
+    "another problem, claim, setting or cbdp_jax version is refused"
+)
+
 # the options that build a problem: refused with --problem (the factory builds it)
 _BUILDERS = (
     "model", "data", "examples", "sampler", "noise", "clip", "rate", "batch_size", "steps",
@@ -110,6 +120,8 @@ def audit_training_cmd(
     seed: Annotated[int, _Opt(help="PRNG seed (model init, data, runs)")] = 0,
     output_format: Annotated[str, _Opt("--format", help="table or json")] = "table",
     out: Annotated[Path | None, _Opt(help="folder for audit.json and report.png")] = None,
+    checkpoint: Annotated[Path | None, _Opt(help=_CHECKPOINT)] = None,
+    resume: Annotated[bool, _Opt("--resume", help=_RESUME)] = False,
 ) -> None:
     """Audit DP training as it is run: many trainings on D and on its neighbour D', in one program.
 
@@ -144,8 +156,9 @@ def audit_training_cmd(
     text = _claim_text(built, opts, given)
     parsed = au.parse_claim(text)
     config = _training_config(parsed.epsilon, runs, confidence)
+    blocks = _checkpoint(opts, text, config)
     start = time.perf_counter()
-    result = _audit_with_progress(jax.random.key(seed), built, text, config, runs)
+    result = _audit_with_progress(jax.random.key(seed), built, text, config, runs, blocks)
     setup |= {
         "relation": result.relation, "accountant": _accountant_of(result), "runs_per_side": runs,
         "seconds": time.perf_counter() - start, "pair": _pair_text(built, result.relation),
@@ -153,6 +166,27 @@ def audit_training_cmd(
     _emit_training_audit(result, built, setup, output_format, out)
     if result.violation:
         raise typer.Exit(1)
+
+
+def _checkpoint(o: dict[str, Any], claim: str, config) -> Any:
+    """The run blocks of ``--checkpoint`` (or OUT/runs), fingerprinted by every option and the claim."""
+    folder = o["checkpoint"]
+    if folder is None and o["out"] is not None:
+        folder = Path(o["out"]) / "runs"
+    if folder is None:
+        if o["resume"]:
+            raise InvalidParameterError(
+                "resume=True is invalid without a checkpoint folder: give --checkpoint or --out"
+            )
+        return None
+    from cbdp_jax._src.run_blocks import RunBlocks
+
+    skip = ("output_format", "out", "checkpoint", "resume")
+    plain = (str, int, float, bool, type(None))
+    identity = {k: v for k, v in o.items() if k not in skip and isinstance(v, plain)}
+    return RunBlocks(
+        folder, identity | {"claim": claim, "config": repr(config)}, resume=o["resume"]
+    )
 
 
 def _accountant_of(result) -> str | None:
@@ -316,7 +350,7 @@ def _pair_text(problem, relation: str) -> str:
     return f"D: canary in, D': {other} in its place (replace-one)"
 
 
-def _audit_with_progress(key, problem, claim: str, config, runs: int):
+def _audit_with_progress(key, problem, claim: str, config, runs: int, blocks=None):
     """``training_audit.audit_training`` under a progress line (runs done where it reports them)."""
     from cbdp_jax._src import training_audit as ta
 
@@ -324,7 +358,7 @@ def _audit_with_progress(key, problem, claim: str, config, runs: int):
         hook = progress_hook(ta.audit_training, bar)
         if not hook:  # no count from the library: the bar shows the elapsed time only
             bar.total = None
-        return ta.audit_training(key, problem, claim, config=config, **hook)
+        return ta.audit_training(key, problem, claim, config=config, checkpoint=blocks, **hook)
 
 
 def _emit_training_audit(result, problem, training: dict, output_format: str, out) -> None:

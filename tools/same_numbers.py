@@ -25,6 +25,16 @@ critic, and its numbers move like those of a rerun. For such a record (listed as
 moved") only its lower bound is compared, within ``--se`` (default 2) standard errors of its
 estimate, and the estimates are printed beside it: a systematic shift of the method still fails, the
 chaos of training does not.
+
+``--training`` writes the training engine's numbers instead (:func:`run_training`): the scores of
+256 runs on D and on D' at fixed keys, for logistic regression and the MLP on the digits, a shuffled
+and a fixed-size sampler, the optax step and a planted bug, each problem's runs in blocks of 64
+(``sharded_runs`` with a fixed chunk, so no timing decides a block's size), and three whole
+training audits (their result records, the times left out). Run it in both trees and ``cmp`` or
+``--compare`` the two files as above:
+
+    PYTHONPATH=/tmp/before python tools/same_numbers.py --training /tmp/before-training.json
+    python tools/same_numbers.py --training /tmp/after-training.json
 """
 
 from __future__ import annotations
@@ -97,6 +107,47 @@ def run() -> list[dict]:
         config=EstimatorConfig(steps=200, ensemble=2, batch_size=4096, both_directions=True, **FIXED),
     )  # fmt: skip
     rows.append({"case": "mechanism", "result": _record(res)})
+    return rows
+
+
+TRAINING = (  # (name, build_problem options): every sampler, both models, the optax step, a bug
+    ("logreg digits", {"model": "logreg", "data": "digits", "rate": 0.01, "steps": 20}),
+    ("mlp digits", {"model": "mlp", "data": "digits", "rate": 0.01, "steps": 20}),
+    ("tight synthetic", {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "noise": 0.5}),
+    ("shuffle", {"data": "synthetic", "n": 63, "sampler": "shuffle", "batch_size": 8, "steps": 16}),
+    ("fixed", {"data": "synthetic", "n": 63, "sampler": "fixed", "batch_size": 8, "steps": 16}),
+    ("optax step", {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "step": "optax"}),
+    ("no-clip", {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "bug": "no-clip"}),
+    (
+        "white-box",
+        {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "threat": "white-box"},
+    ),
+)
+AUDITED = ("tight synthetic", "shuffle", "no-clip")
+
+
+def run_training(runs: int = 256, audit_runs: int = 2000) -> list[dict]:
+    """The training engine's scores at fixed keys, and a few audits' records (module docstring)."""
+    from cbdp_jax import training_audit as ta
+    from cbdp_jax._src.sharded_runs import sharded_runs
+
+    rows = []
+    for name, options in TRAINING:
+        problem = ta.build_problem(**options, chunk=64)
+        prep = ta.prepare(problem)
+        row = {"case": name, "options": options}
+        for side in (1.0, 0.0):
+            run = ta.make_run(problem, prep, side=side if problem.step_per_data_set else None)
+            out = sharded_runs(run, jax.random.key(7), runs, np.float32(side), chunk=64)
+            row[f"scores {side:g}"] = np.asarray(out.score).tolist()
+            row[f"overflow {side:g}"] = int(np.sum(out.overflow))
+        if name in AUDITED:
+            config = ta.training_audit_config(1.0, samples=audit_runs)
+            res = ta.audit_training(jax.random.key(8), problem, config=config)
+            skip = {"seconds", "environment"}
+            row["audit"] = {k: v for k, v in res.to_dict().items() if k not in skip}
+        rows.append({"case": name, "result": row})
+        print(name, np.mean(row["scores 1"]), np.mean(row["scores 0"]), flush=True)
     return rows
 
 
@@ -175,7 +226,7 @@ _MOVED = 1e-5
 def _moved(a: dict, b: dict) -> bool:
     """Whether training took another path: a curve of either direction moved beyond rounding."""
     for x, y in ((a, b), (a.get("reverse"), b.get("reverse"))):
-        if not x or not y:
+        if not x or not y or "curves" not in x:  # a training row: no critic's curves
             continue
         for curve in ("val_objective", "train_objective"):
             ca, cb = x["curves"].get(curve, []), y["curves"].get(curve, [])
@@ -210,6 +261,7 @@ def main() -> None:
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two files")
     ap.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --compare")
     ap.add_argument("--se", type=float, default=2.0, help="standard errors, where training moved")
+    ap.add_argument("--training", action="store_true", help="the training engine's numbers")
     args = ap.parse_args()
     if args.compare:
         before, after = (json.load(open(f)) for f in args.compare)
@@ -233,7 +285,7 @@ def main() -> None:
               f"{len(diffs)} differences beyond rtol={args.rtol:g}")  # fmt: skip
         raise SystemExit(1 if diffs else 0)
     with open(args.out, "w") as fh:
-        json.dump(run(), fh, default=str, indent=1)
+        json.dump(run_training() if args.training else run(), fh, default=str, indent=1)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from cbdp_jax._src.crafted_init import crafted_start as crafted_start
 from cbdp_jax._src.dp_steps import BUGS as BUGS
 from cbdp_jax._src.dp_steps import DpSgdState as DpSgdState
 from cbdp_jax._src.dp_steps import dp_sgd as dp_sgd
+from cbdp_jax._src.run_blocks import RunBlocks as RunBlocks
 from cbdp_jax._src.sharded_runs import Progress as Progress
 from cbdp_jax._src.sharded_runs import sharded_runs as sharded_runs
 from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_delta as shuffle_lower_delta
@@ -87,6 +88,7 @@ __all__ = [
     "DpSgdState",
     "Prepared",
     "Progress",
+    "RunBlocks",
     "RunOutput",
     "SingleWeight",
     "Start",

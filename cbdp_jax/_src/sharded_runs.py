@@ -250,20 +250,8 @@ def sharded_runs(
     keys = _Keys(key, n, n + max_chunk * ndev)
     t0 = time.perf_counter()
     pieces = _stored_pieces(run, key, args, stored)
-    state = {"done": done, "steady": None, "saved": done, "saved_i": len(pieces), "saved_at": t0}
-    if jax.process_index() != 0:
-        blocks = None  # process 0 writes the blocks (every process holds every output)
-
-    def flush(last: bool) -> None:
-        now = time.perf_counter()
-        if state["done"] == state["saved"] or not (
-            last or now - state["saved_at"] >= blocks.every_seconds
-        ):
-            return
-        new = [jax.tree.leaves(p) for p in pieces[state["saved_i"] :]]
-        leaves = [np.concatenate(a) for a in zip(*new, strict=True)]
-        blocks.save(state["saved"], state["done"], leaves, chunk=c)
-        state.update(saved=state["done"], saved_i=len(pieces), saved_at=now)
+    state = {"done": done, "steady": None}
+    write = _BlockWriter(blocks, done, len(pieces), c)
 
     def dispatch(start: int, per: int):
         data = keys.data(start, per * ndev)
@@ -278,8 +266,7 @@ def sharded_runs(
         keep = min(block, n - start)
         pieces.append(jax.tree.map(lambda a: a[:keep], _to_host(out)))
         state["done"] += keep
-        if blocks is not None:
-            flush(state["done"] >= n)
+        write(pieces, state["done"], state["done"] >= n)
         if progress is not None:
             done, elapsed, steady = state["done"], time.perf_counter() - t0, state["steady"]
             since = steady if steady is not None and done > steady[0] else (0, 0.0)
@@ -321,6 +308,34 @@ def steady_chunk(devices, max_chunk: int) -> int:
     memory bound); at most ``max_chunk``.
     """
     return max_chunk if devices[0].platform != "cpu" else min(256, max_chunk)
+
+
+class _BlockWriter:
+    """Writes the outputs collected since the last block into a new block of the checkpoint.
+
+    Every ``every_seconds`` of the checkpoint, and at the end; process 0 only (every process holds
+    every output).
+    """
+
+    def __init__(self, blocks, done: int, pieces: int, chunk: int):
+        self.blocks = blocks if jax.process_index() == 0 else None
+        self.saved, self.saved_pieces, self.chunk, self.at = (
+            done,
+            pieces,
+            chunk,
+            time.perf_counter(),
+        )
+
+    def __call__(self, pieces: list, done: int, last: bool) -> None:
+        now = time.perf_counter()
+        if self.blocks is None or done == self.saved:
+            return
+        if not (last or now - self.at >= self.blocks.every_seconds):
+            return
+        new = [jax.tree.leaves(p) for p in pieces[self.saved_pieces :]]
+        leaves = [np.concatenate(a) for a in zip(*new, strict=True)]
+        self.blocks.save(self.saved, done, leaves, chunk=self.chunk)
+        self.saved, self.saved_pieces, self.at = done, len(pieces), now
 
 
 def _stored_pieces(run: Callable, key: jax.Array, args: tuple, stored: list) -> list:

@@ -85,8 +85,9 @@ def test_without_resume_a_folder_starts_afresh(tmp_path):
     blocks = RunBlocks(tmp_path, {"a": 1}, every_seconds=0.0)
     sr.sharded_runs(_run, jax.random.key(0), 16, 1.0, chunk=8, blocks=blocks.part("D"))
     assert len(_blocks(tmp_path)) == 2
+    (tmp_path / "mine.npz").write_bytes(b"a file of the user's")
     RunBlocks(tmp_path, {"a": 2})  # another audit, no resume: the old blocks go
-    assert _blocks(tmp_path) == []
+    assert _blocks(tmp_path) == [tmp_path / "mine.npz"]  # and nothing else
 
 
 CLI = [

@@ -79,8 +79,9 @@ class RunBlocks:
         if resume and stored is not None and stored.get("fingerprint") != self.fingerprint:
             raise InvalidParameterError(_refusal(folder, stored))
         if not resume or stored is None:
-            for old in self.folder.glob("*.npz"):
-                old.unlink(missing_ok=True)
+            for old in self.folder.glob("*.npz"):  # the blocks only: no other file is touched
+                if _BLOCK.match(old.name):
+                    old.unlink(missing_ok=True)
             record = {"fingerprint": self.fingerprint, "version": package_version(),
                       "identity": identity}  # fmt: skip
             atomic_write_json(manifest, record)

@@ -72,8 +72,8 @@ _THREAT = (
 )
 
 _CHECKPOINT = (
-    "folder the runs' scores are written into in blocks as they finish (about every 10 s), so a "
-    "killed audit can resume (--resume); default OUT/runs with --out, else none"
+    "folder the runs' outputs are written into in blocks as they finish (about every 10 s), so "
+    "a killed audit can resume (--resume); about 4 (T + 2) bytes a run. Default: none"
 )
 _RESUME = (
     "continue the audit whose blocks are in the checkpoint folder: the runs done are loaded, the "
@@ -169,14 +169,12 @@ def audit_training_cmd(
 
 
 def _checkpoint(o: dict[str, Any], claim: str, config) -> Any:
-    """The run blocks of ``--checkpoint`` (or OUT/runs), fingerprinted by every option and the claim."""
+    """The run blocks of ``--checkpoint``, fingerprinted by every option and the claim."""
     folder = o["checkpoint"]
-    if folder is None and o["out"] is not None:
-        folder = Path(o["out"]) / "runs"
     if folder is None:
         if o["resume"]:
             raise InvalidParameterError(
-                "resume=True is invalid without a checkpoint folder: give --checkpoint or --out"
+                "resume=True is invalid without a checkpoint folder: give --checkpoint FOLDER"
             )
         return None
     from cbdp_jax._src.run_blocks import RunBlocks

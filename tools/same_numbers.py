@@ -30,8 +30,10 @@ chaos of training does not.
 256 runs on D and on D' at fixed keys, for logistic regression and the MLP on the digits, a shuffled
 and a fixed-size sampler, the optax step and a planted bug, each problem's runs in blocks of 64
 (``sharded_runs`` with a fixed chunk, so no timing decides a block's size), and three whole
-training audits (their result records, the times left out). Run it in both trees and ``cmp`` or
-``--compare`` the two files as above:
+training audits (their result records, the times left out). Run it in both trees and ``cmp`` the
+two files (the same draws: identical); where a change moves the draws on purpose, ``--training
+--compare BEFORE AFTER`` compares each case's scores as samples of one law (a two-sample KS test at
+level 1e-3, the means in standard errors) and the audits' verdicts (:func:`compare_training`):
 
     PYTHONPATH=/tmp/before python tools/same_numbers.py --training /tmp/before-training.json
     python tools/same_numbers.py --training /tmp/after-training.json
@@ -151,6 +153,39 @@ def run_training(runs: int = 256, audit_runs: int = 2000) -> list[dict]:
     return rows
 
 
+def compare_training(before: list[dict], after: list[dict], level: float = 1e-3) -> list[str]:
+    """Where a case's scores moved (other draws): the laws compared, and the audits' verdicts.
+
+    Per case and side, the two samples of scores (independent draws of the same law if only the
+    draws changed) by a two-sample Kolmogorov-Smirnov test at ``level`` and their means in standard
+    errors; the audits' verdict must be the same and their empirical eps are printed. Returns the
+    failures (a KS p-value below ``level``, a verdict that changed).
+    """
+    from scipy import stats
+
+    fails = []
+    for a, b in zip(before, after, strict=True):
+        ra, rb = a["result"], b["result"]
+        for side in ("1", "0"):
+            x, y = np.asarray(ra[f"scores {side}"]), np.asarray(rb[f"scores {side}"])
+            if np.array_equal(x, y):
+                print(f"{a['case']} side {side}: identical scores")
+                continue
+            p = stats.ks_2samp(x, y).pvalue
+            se = math.sqrt(x.var() / x.size + y.var() / y.size)
+            print(f"{a['case']} side {side}: scores moved; KS p = {p:.3g}, "
+                  f"means {x.mean():.4g} -> {y.mean():.4g} ({abs(x.mean() - y.mean()) / se:.2f} SE)")  # fmt: skip
+            if p < level:
+                fails.append(f"{a['case']} side {side}: KS p = {p:.3g}")
+        if "audit" in ra:
+            va, vb = ra["audit"]["violation"], rb["audit"]["violation"]
+            ea, eb = ra["audit"]["empirical"]["epsilon"], rb["audit"]["empirical"]["epsilon"]
+            print(f"{a['case']} audit: violation {va} -> {vb}, empirical eps {ea:.4g} -> {eb:.4g}")
+            if va != vb:
+                fails.append(f"{a['case']} audit: violation {va} -> {vb}")
+    return fails
+
+
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan")
 
 
@@ -263,6 +298,10 @@ def main() -> None:
     ap.add_argument("--se", type=float, default=2.0, help="standard errors, where training moved")
     ap.add_argument("--training", action="store_true", help="the training engine's numbers")
     args = ap.parse_args()
+    if args.compare and args.training:
+        fails = compare_training(*(json.load(open(f)) for f in args.compare))
+        print("\n".join(f"DIFFERS {f}" for f in fails) or "the same laws and verdicts")
+        raise SystemExit(1 if fails else 0)
     if args.compare:
         before, after = (json.load(open(f)) for f in args.compare)
         worst: dict[str, float] = {}

@@ -128,13 +128,19 @@ TRAINING = (  # (name, build_problem options): every sampler, both models, the o
 AUDITED = ("tight synthetic", "shuffle", "no-clip")
 
 
-def run_training(runs: int = 256, audit_runs: int = 2000) -> list[dict]:
-    """The training engine's scores at fixed keys, and a few audits' records (module docstring)."""
+def run_training(runs: int = 256, audit_runs: int = 2000, cases=None, out=None) -> list[dict]:
+    """The training engine's scores at fixed keys, and a few audits' records (module docstring).
+
+    ``cases``: the names of ``TRAINING`` to run (default all); ``out``: a file the rows so far are
+    written to after each case (a run cut short keeps its cases).
+    """
     from cbdp_jax import training_audit as ta
     from cbdp_jax._src.sharded_runs import sharded_runs
 
     rows = []
     for name, options in TRAINING:
+        if cases and name not in cases:
+            continue
         problem = ta.build_problem(**options, chunk=64)
         prep = ta.prepare(problem)
         row = {"case": name, "options": options}
@@ -150,6 +156,9 @@ def run_training(runs: int = 256, audit_runs: int = 2000) -> list[dict]:
             row["audit"] = {k: v for k, v in res.to_dict().items() if k not in skip}
         rows.append({"case": name, "result": row})
         print(name, np.mean(row["scores 1"]), np.mean(row["scores 0"]), flush=True)
+        if out is not None:
+            with open(out, "w") as fh:
+                json.dump(rows, fh, default=str, indent=1)
     return rows
 
 
@@ -164,7 +173,11 @@ def compare_training(before: list[dict], after: list[dict], level: float = 1e-3)
     from scipy import stats
 
     fails = []
-    for a, b in zip(before, after, strict=True):
+    later = {row["case"]: row for row in after}
+    for a in before:  # the cases both files hold
+        if a["case"] not in later:
+            continue
+        b = later[a["case"]]
         ra, rb = a["result"], b["result"]
         for side in ("1", "0"):
             x, y = np.asarray(ra[f"scores {side}"]), np.asarray(rb[f"scores {side}"])
@@ -297,6 +310,7 @@ def main() -> None:
     ap.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --compare")
     ap.add_argument("--se", type=float, default=2.0, help="standard errors, where training moved")
     ap.add_argument("--training", action="store_true", help="the training engine's numbers")
+    ap.add_argument("--cases", nargs="*", default=None, help="--training: only these cases")
     args = ap.parse_args()
     if args.compare and args.training:
         fails = compare_training(*(json.load(open(f)) for f in args.compare))
@@ -323,8 +337,11 @@ def main() -> None:
         print("identical" if not any(worst.values()) and not diffs else
               f"{len(diffs)} differences beyond rtol={args.rtol:g}")  # fmt: skip
         raise SystemExit(1 if diffs else 0)
+    if args.training:
+        run_training(cases=args.cases, out=args.out)
+        return
     with open(args.out, "w") as fh:
-        json.dump(run_training() if args.training else run(), fh, default=str, indent=1)
+        json.dump(run(), fh, default=str, indent=1)
 
 
 if __name__ == "__main__":

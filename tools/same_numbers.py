@@ -146,9 +146,9 @@ def run_training(runs: int = 256, audit_runs: int = 2000, cases=None, out=None) 
         row = {"case": name, "options": options}
         for side in (1.0, 0.0):
             run = ta.make_run(problem, prep, side=side if problem.step_per_data_set else None)
-            out = sharded_runs(run, jax.random.key(7), runs, np.float32(side), chunk=64)
-            row[f"scores {side:g}"] = np.asarray(out.score).tolist()
-            row[f"overflow {side:g}"] = int(np.sum(out.overflow))
+            res = sharded_runs(run, jax.random.key(7), runs, np.float32(side), chunk=64)
+            row[f"scores {side:g}"] = np.asarray(res.score).tolist()
+            row[f"overflow {side:g}"] = int(np.sum(res.overflow))
         if name in AUDITED:
             config = ta.training_audit_config(1.0, samples=audit_runs)
             res = ta.audit_training(jax.random.key(8), problem, config=config)

@@ -137,3 +137,13 @@ def test_audit_killed_with_sigkill_and_resumed_gives_the_same_json(tmp_path):
     other = _cli([*runs, "--checkpoint", str(killed_folder), "--resume", "--seed", "1"], env)
     _, err = other.communicate(timeout=900)
     assert other.returncode == 2 and "checkpoint=" in err and "another audit" in err, err[-2000:]
+
+
+def test_resume_without_a_checkpoint_folder_is_refused_before_any_work():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = _cli(["--resume"], env)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == [
+        "error: resume=True is invalid without a checkpoint folder: give --checkpoint FOLDER"
+    ]

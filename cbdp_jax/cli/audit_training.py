@@ -172,10 +172,6 @@ def _checkpoint(o: dict[str, Any], claim: str, config) -> Any:
     """The run blocks of ``--checkpoint``, fingerprinted by every option and the claim."""
     folder = o["checkpoint"]
     if folder is None:
-        if o["resume"]:
-            raise InvalidParameterError(
-                "resume=True is invalid without a checkpoint folder: give --checkpoint FOLDER"
-            )
         return None
     from cbdp_jax._src.run_blocks import RunBlocks
 
@@ -203,6 +199,10 @@ def _check_options(o: dict[str, Any]) -> None:
     from cbdp_jax._src.accounting import check_accountable
 
     check_int_at_least("runs", o["runs"], 100)
+    if o["resume"] and o["checkpoint"] is None:
+        raise InvalidParameterError(
+            "resume=True is invalid without a checkpoint folder: give --checkpoint FOLDER"
+        )
     check_in_range("noise", o["noise"], 0.0, math.inf)
     if o["examples"] is not None:
         check_int_at_least("examples", o["examples"], 2)

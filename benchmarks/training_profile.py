@@ -223,7 +223,9 @@ def processes(trees: list[str], models, steps: int, n: int, repeats: int) -> lis
     for rep in range(repeats):
         for model in models:
             order = trees if rep % 2 == 0 else trees[::-1]  # alternated: neither tree always first
-            rows += [process(t, model, steps, n) | {"repeat": rep} for t in order]
+            for t in order:  # each row printed as it comes (a run cut short keeps them)
+                rows.append(process(t, model, steps, n) | {"repeat": rep})
+                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

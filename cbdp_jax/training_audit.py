@@ -37,6 +37,7 @@ from cbdp_jax._src.dp_steps import dp_sgd as dp_sgd
 from cbdp_jax._src.one_run_training import OneRunTrainingResult as OneRunTrainingResult
 from cbdp_jax._src.one_run_training import one_run_repeats as one_run_repeats
 from cbdp_jax._src.one_run_training import one_run_training as one_run_training
+from cbdp_jax._src.run_blocks import RunBlocks as RunBlocks
 from cbdp_jax._src.sharded_runs import Progress as Progress
 from cbdp_jax._src.sharded_runs import sharded_runs as sharded_runs
 from cbdp_jax._src.shuffle_lower_bound import shuffle_lower_delta as shuffle_lower_delta
@@ -91,6 +92,7 @@ __all__ = [
     "DpSgdState",
     "Prepared",
     "Progress",
+    "RunBlocks",
     "RunOutput",
     "SingleWeight",
     "Start",

@@ -25,6 +25,18 @@ critic, and its numbers move like those of a rerun. For such a record (listed as
 moved") only its lower bound is compared, within ``--se`` (default 2) standard errors of its
 estimate, and the estimates are printed beside it: a systematic shift of the method still fails, the
 chaos of training does not.
+
+``--training`` writes the training engine's numbers instead (:func:`run_training`): the scores of
+256 runs on D and on D' at fixed keys, for logistic regression and the MLP on the digits, a shuffled
+and a fixed-size sampler, the optax step and a planted bug, each problem's runs in blocks of 64
+(``sharded_runs`` with a fixed chunk, so no timing decides a block's size), and three whole
+training audits (their result records, the times left out). Run it in both trees and ``cmp`` the
+two files (the same draws: identical); where a change moves the draws on purpose, ``--training
+--compare BEFORE AFTER`` compares each case's scores as samples of one law (a two-sample KS test at
+level 1e-3, the means in standard errors) and the audits' verdicts (:func:`compare_training`):
+
+    PYTHONPATH=/tmp/before python tools/same_numbers.py --training /tmp/before-training.json
+    python tools/same_numbers.py --training /tmp/after-training.json
 """
 
 from __future__ import annotations
@@ -98,6 +110,93 @@ def run() -> list[dict]:
     )  # fmt: skip
     rows.append({"case": "mechanism", "result": _record(res)})
     return rows
+
+
+TRAINING = (  # (name, build_problem options): every sampler, both models, the optax step, a bug
+    ("logreg digits", {"model": "logreg", "data": "digits", "rate": 0.01, "steps": 20}),
+    ("mlp digits", {"model": "mlp", "data": "digits", "rate": 0.01, "steps": 20}),
+    ("tight synthetic", {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "noise": 0.5}),
+    ("shuffle", {"data": "synthetic", "n": 63, "sampler": "shuffle", "batch_size": 8, "steps": 16}),
+    ("fixed", {"data": "synthetic", "n": 63, "sampler": "fixed", "batch_size": 8, "steps": 16}),
+    ("optax step", {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "step": "optax"}),
+    ("no-clip", {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "bug": "no-clip"}),
+    (
+        "white-box",
+        {"data": "synthetic", "n": 63, "rate": 0.125, "steps": 16, "threat": "white-box"},
+    ),
+)
+AUDITED = ("tight synthetic", "shuffle", "no-clip")
+
+
+def run_training(runs: int = 256, audit_runs: int = 2000, cases=None, out=None) -> list[dict]:
+    """The training engine's scores at fixed keys, and a few audits' records (module docstring).
+
+    ``cases``: the names of ``TRAINING`` to run (default all); ``out``: a file the rows so far are
+    written to after each case (a run cut short keeps its cases).
+    """
+    from cbdp_jax import training_audit as ta
+    from cbdp_jax._src.sharded_runs import sharded_runs
+
+    rows = []
+    for name, options in TRAINING:
+        if cases and name not in cases:
+            continue
+        problem = ta.build_problem(**options, chunk=64)
+        prep = ta.prepare(problem)
+        row = {"case": name, "options": options}
+        for side in (1.0, 0.0):
+            run = ta.make_run(problem, prep, side=side if problem.step_per_data_set else None)
+            res = sharded_runs(run, jax.random.key(7), runs, np.float32(side), chunk=64)
+            row[f"scores {side:g}"] = np.asarray(res.score).tolist()
+            row[f"overflow {side:g}"] = int(np.sum(res.overflow))
+        if name in AUDITED:
+            config = ta.training_audit_config(1.0, samples=audit_runs)
+            res = ta.audit_training(jax.random.key(8), problem, config=config)
+            skip = {"seconds", "environment"}
+            row["audit"] = {k: v for k, v in res.to_dict().items() if k not in skip}
+        rows.append({"case": name, "result": row})
+        print(name, np.mean(row["scores 1"]), np.mean(row["scores 0"]), flush=True)
+        if out is not None:
+            with open(out, "w") as fh:
+                json.dump(rows, fh, default=str, indent=1)
+    return rows
+
+
+def compare_training(before: list[dict], after: list[dict], level: float = 1e-3) -> list[str]:
+    """Where a case's scores moved (other draws): the laws compared, and the audits' verdicts.
+
+    Per case and side, the two samples of scores (independent draws of the same law if only the
+    draws changed) by a two-sample Kolmogorov-Smirnov test at ``level`` and their means in standard
+    errors; the audits' verdict must be the same and their empirical eps are printed. Returns the
+    failures (a KS p-value below ``level``, a verdict that changed).
+    """
+    from scipy import stats
+
+    fails = []
+    later = {row["case"]: row for row in after}
+    for a in before:  # the cases both files hold
+        if a["case"] not in later:
+            continue
+        b = later[a["case"]]
+        ra, rb = a["result"], b["result"]
+        for side in ("1", "0"):
+            x, y = np.asarray(ra[f"scores {side}"]), np.asarray(rb[f"scores {side}"])
+            if np.array_equal(x, y):
+                print(f"{a['case']} side {side}: identical scores")
+                continue
+            p = stats.ks_2samp(x, y).pvalue
+            se = math.sqrt(x.var() / x.size + y.var() / y.size)
+            print(f"{a['case']} side {side}: scores moved; KS p = {p:.3g}, "
+                  f"means {x.mean():.4g} -> {y.mean():.4g} ({abs(x.mean() - y.mean()) / se:.2f} SE)")  # fmt: skip
+            if p < level:
+                fails.append(f"{a['case']} side {side}: KS p = {p:.3g}")
+        if "audit" in ra:
+            va, vb = ra["audit"]["violation"], rb["audit"]["violation"]
+            ea, eb = ra["audit"]["empirical"]["epsilon"], rb["audit"]["empirical"]["epsilon"]
+            print(f"{a['case']} audit: violation {va} -> {vb}, empirical eps {ea:.4g} -> {eb:.4g}")
+            if va != vb:
+                fails.append(f"{a['case']} audit: violation {va} -> {vb}")
+    return fails
 
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan")
@@ -175,7 +274,7 @@ _MOVED = 1e-5
 def _moved(a: dict, b: dict) -> bool:
     """Whether training took another path: a curve of either direction moved beyond rounding."""
     for x, y in ((a, b), (a.get("reverse"), b.get("reverse"))):
-        if not x or not y:
+        if not x or not y or "curves" not in x:  # a training row: no critic's curves
             continue
         for curve in ("val_objective", "train_objective"):
             ca, cb = x["curves"].get(curve, []), y["curves"].get(curve, [])
@@ -210,7 +309,13 @@ def main() -> None:
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two files")
     ap.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --compare")
     ap.add_argument("--se", type=float, default=2.0, help="standard errors, where training moved")
+    ap.add_argument("--training", action="store_true", help="the training engine's numbers")
+    ap.add_argument("--cases", nargs="*", default=None, help="--training: only these cases")
     args = ap.parse_args()
+    if args.compare and args.training:
+        fails = compare_training(*(json.load(open(f)) for f in args.compare))
+        print("\n".join(f"DIFFERS {f}" for f in fails) or "the same laws and verdicts")
+        raise SystemExit(1 if fails else 0)
     if args.compare:
         before, after = (json.load(open(f)) for f in args.compare)
         worst: dict[str, float] = {}
@@ -232,6 +337,9 @@ def main() -> None:
         print("identical" if not any(worst.values()) and not diffs else
               f"{len(diffs)} differences beyond rtol={args.rtol:g}")  # fmt: skip
         raise SystemExit(1 if diffs else 0)
+    if args.training:
+        run_training(cases=args.cases, out=args.out)
+        return
     with open(args.out, "w") as fh:
         json.dump(run(), fh, default=str, indent=1)
 

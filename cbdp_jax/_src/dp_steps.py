@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from cbdp_jax._src import normal_draws
 from cbdp_jax._src.planted_bugs import BUGS
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -125,7 +126,7 @@ def dp_sgd(
         next_key, *keys = jax.random.split(state.rng_key, len(paths) + 1)
         out = []
         for (path, s), k in zip(paths, keys, strict=True):
-            noise = sigma * clip * jax.random.normal(k, s.shape, s.dtype)
+            noise = sigma * clip * normal_draws.normal(k, s.shape, s.dtype)
             if bug == "noise-on-subset" and "bias" in jax.tree_util.keystr(path):
                 noise = jnp.zeros_like(noise)
             if bug == "noise-after-averaging":

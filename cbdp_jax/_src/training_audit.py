@@ -141,6 +141,8 @@ class TrainingMechanism(AuditMechanism):
             return 1
         return 1 + self.release.steps * self.release.width
 
+    checkpoint: Any = None
+
     def sample(self, key: jax.Array, dataset: Any, n: int) -> np.ndarray:
         """N runs on D (``dataset = [1]``) or D' (``[0]``): ``[n, 1 + rows k]``, score first.
 
@@ -151,6 +153,7 @@ class TrainingMechanism(AuditMechanism):
         out = training_runs(
             key, self.problem, n, canary=present, prep=self.prep, devices=self.devices,
             progress=_both_sides(self.progress, n, present), release=self.release,
+            blocks=_part(self.checkpoint, key, present, n),
         )  # fmt: skip
         bad = int(np.sum(~out.finite))
         if bad:
@@ -165,6 +168,14 @@ class TrainingMechanism(AuditMechanism):
         # float32 throughout (the values as recorded): n x (1 + T k) numbers per side
         release = np.asarray(out.release, np.float32).reshape(n, -1)
         return np.concatenate([np.asarray(out.score, np.float32)[:, None], release], axis=1)
+
+
+def _part(checkpoint, key: jax.Array, present: float, n: int):
+    """The checkpoint's blocks of one call (named by its key, side and n), or None."""
+    if checkpoint is None:
+        return None
+    words = np.asarray(jax.random.key_data(key)).tolist()
+    return checkpoint.part(f"key={words} present={present!r} n={n}")
 
 
 def _both_sides(progress, n: int, present: float):
@@ -256,7 +267,7 @@ _RELATED: dict[tuple, tuple[tuple, TrainingProblem]] = {}
 
 def audit_training(
     key: jax.Array, problem: TrainingProblem, claim: str | None = None, *, delta: float = 1e-5,
-    config: Any = None, devices=None, progress=None,
+    config: Any = None, devices=None, progress=None, checkpoint=None,
 ) -> Any:  # fmt: skip
     """Audits a DP training's claim from ``config.samples`` runs on D and as many on D'.
 
@@ -270,6 +281,8 @@ def audit_training(
       devices: The devices the runs are sharded over (default every device of every process).
       progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` (the runs of D and D'
         as one count) after each block of runs, about half a second apart.
+      checkpoint: A :class:`~cbdp_jax._src.run_blocks.RunBlocks` the runs' outputs are written
+        into as they finish (and read back from when it resumes one), or None.
 
     Returns:
       The :class:`~cbdp_jax.audit.AuditResult` of :func:`cbdp_jax.audit.audit` on the pair
@@ -299,8 +312,8 @@ def audit_training(
         runs = remembered(_RELATED, (problem,), relation, build, keep=4)
     # one problem's mechanism (and compiled program) kept: audits of it with other keys reuse it
     mech = remembered(_MECHANISMS, (runs,), None, lambda: training_mechanism(runs), keep=1)
-    if devices is not None or progress is not None:
-        mech = dataclasses.replace(mech, devices=devices, progress=progress)
+    if devices is not None or progress is not None or checkpoint is not None:
+        mech = dataclasses.replace(mech, devices=devices, progress=progress, checkpoint=checkpoint)
     config = training_audit_config(parsed.epsilon) if config is None else config
     result = audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)
     return dataclasses.replace(result, relation=relation, blind_spots=mech.prep.blind_spots)

@@ -331,6 +331,7 @@ def many_runs(problem: TrainingProblem, run, key: jax.Array, present, n: int) ->
 def training_runs(
     key: jax.Array, problem: TrainingProblem, n: int, *, canary: bool | float = True,
     prep: Prepared | None = None, devices=None, progress=None, release: ReleaseLayout | None = None,
+    blocks=None,
 ) -> RunOutput:  # fmt: skip
     """N independent trainings on D (``canary=True``) or D', over every device, in short calls.
 
@@ -349,6 +350,8 @@ def training_runs(
       devices: The devices to shard the runs over (default every device of every process).
       progress: Called with a :class:`~cbdp_jax._src.sharded_runs.Progress` after each block.
       release: The coordinates each run records beyond its score (:func:`make_run`); None: none.
+      blocks: A checkpoint of these runs (:meth:`~cbdp_jax._src.run_blocks.RunBlocks.part`), or
+        None: the runs it holds are loaded, the others run and written into it.
 
     Returns:
       :class:`RunOutput` with a leading axis of n (numpy arrays), the same in every process.
@@ -366,7 +369,7 @@ def training_runs(
     run, programs = remembered(_PROGRAMS, (problem, prep), (side, release), build, keep=4)
     out = sharded_runs(
         run, key, n, np.float32(canary), devices=devices, max_chunk=problem.chunk,
-        progress=progress, programs=programs,
+        progress=progress, programs=programs, blocks=blocks,
     )  # fmt: skip
     return RunOutput(*out)
 

@@ -84,6 +84,15 @@ _SCORE = (
     "--one-run: sum (the updates along each canary) or llr (their likelihood ratio for the "
     "finite-sample methods; coordinate canaries); gaussian-scores always gets the sum"
 )
+_CHECKPOINT = (
+    "folder the runs' outputs are written into in blocks as they finish (about every 10 s), so "
+    "a killed audit can resume (--resume); about 4 (T (k + 1) + 3) bytes a run, k the coordinates the release records. Default: none"
+)
+_RESUME = (
+    "continue the audit whose blocks are in the checkpoint folder: the runs done are loaded, the "
+    "rest run (same keys: the same scores and verdict as a run left alone). A folder written for "
+    "another problem, claim, setting or cbdp_jax version is refused"
+)
 
 # the options that build a problem: refused with --problem (the factory builds it)
 _BUILDERS = (
@@ -130,6 +139,8 @@ def audit_training_cmd(
     ] = 1000,
     directions: Annotated[str, _Opt(help=_DIRECTIONS)] = "auto",
     score: Annotated[str, _Opt(help=_SCORE)] = "sum",
+    checkpoint: Annotated[Path | None, _Opt(help=_CHECKPOINT)] = None,
+    resume: Annotated[bool, _Opt("--resume", help=_RESUME)] = False,
 ) -> None:
     """Audit DP training as it is run: many trainings on D and on its neighbour D', in one program.
 
@@ -179,8 +190,9 @@ def audit_training_cmd(
     if one_run:
         return one_run_cmd(built, setup, opts, parsed, output_format, out)
     config = _training_config(parsed.epsilon, runs, confidence)
+    blocks = _checkpoint(opts, text, config)
     start = time.perf_counter()
-    result = _audit_with_progress(jax.random.key(seed), built, text, config, runs)
+    result = _audit_with_progress(jax.random.key(seed), built, text, config, runs, blocks)
     setup |= {
         "relation": result.relation, "accountant": _accountant_of(result), "runs_per_side": runs,
         "seconds": time.perf_counter() - start, "pair": _pair_text(built, result.relation),
@@ -188,6 +200,21 @@ def audit_training_cmd(
     _emit_training_audit(result, built, setup, output_format, out)
     if result.violation:
         raise typer.Exit(1)
+
+
+def _checkpoint(o: dict[str, Any], claim: str, config) -> Any:
+    """The run blocks of ``--checkpoint``, fingerprinted by every option and the claim."""
+    folder = o["checkpoint"]
+    if folder is None:
+        return None
+    from cbdp_jax._src.run_blocks import RunBlocks
+
+    skip = ("output_format", "out", "checkpoint", "resume")
+    plain = (str, int, float, bool, type(None))
+    identity = {k: v for k, v in o.items() if k not in skip and isinstance(v, plain)}
+    return RunBlocks(
+        folder, identity | {"claim": claim, "config": repr(config)}, resume=o["resume"]
+    )
 
 
 def _accountant_of(result) -> str | None:
@@ -207,6 +234,10 @@ def _check_options(o: dict[str, Any]) -> None:
 
     check_int_at_least("runs", o["runs"], 100)
     _check_runs_fit(o["runs"])
+    if o["resume"] and o["checkpoint"] is None:
+        raise InvalidParameterError(
+            "resume=True is invalid without a checkpoint folder: give --checkpoint FOLDER"
+        )
     check_in_range("noise", o["noise"], 0.0, math.inf)
     if o["examples"] is not None:
         check_int_at_least("examples", o["examples"], 2)
@@ -359,7 +390,7 @@ def _pair_text(problem, relation: str) -> str:
     return f"D: the canary in; D': its replace-one neighbour, {other} in its place"
 
 
-def _audit_with_progress(key, problem, claim: str, config, runs: int):
+def _audit_with_progress(key, problem, claim: str, config, runs: int, blocks=None):
     """``training_audit.audit_training`` under a progress line (runs done where it reports them)."""
     from cbdp_jax._src import training_audit as ta
 
@@ -367,7 +398,7 @@ def _audit_with_progress(key, problem, claim: str, config, runs: int):
         hook = progress_hook(ta.audit_training, bar)
         if not hook:  # no count from the library: the bar shows the elapsed time only
             bar.total = None
-        return ta.audit_training(key, problem, claim, config=config, **hook)
+        return ta.audit_training(key, problem, claim, config=config, checkpoint=blocks, **hook)
 
 
 def _emit_training_audit(result, problem, training: dict, output_format: str, out) -> None:

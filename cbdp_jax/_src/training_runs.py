@@ -126,8 +126,12 @@ def _canary(problem: TrainingProblem, loss, graphdef, params, x, y, xs, ys):
     return direction, jax.tree.map(lambda d: problem.canary_norm() * d, direction), coord, exact
 
 
-def prepare(problem: TrainingProblem) -> Prepared:
-    """Splits the model, lays out the slots, fixes the canary's records, direction and unit, probes the step."""
+def prepare(problem: TrainingProblem, *, noise_probes: bool = True) -> Prepared:
+    """Splits the model, lays out the slots, fixes the canary's records, direction and unit, probes the step.
+
+    ``noise_probes=False`` leaves out the probes of the step's noise (``defects`` stays empty: a
+    result for the blind spots alone, never for an audit).
+    """
     graphdef, params = nnx.split(problem.model, nnx.Param)
     loss = cross_entropy if problem.loss_fn is None else problem.loss_fn
     x, y = _arrays(problem, graphdef, params)
@@ -149,6 +153,8 @@ def prepare(problem: TrainingProblem) -> Prepared:
     if c.kind == "gradient":
         prep = prep._replace(unit=_unit(problem, tx, prep))
     prep = prep._replace(blind_spots=blind_spots(problem, tx, prep))
+    if not noise_probes:
+        return prep
     return prep._replace(defects=noise_defects(jax.random.key(0), problem, tx, prep))
 
 

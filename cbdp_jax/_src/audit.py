@@ -556,7 +556,7 @@ class Defect(NamedTuple):
 
     Attributes:
       kind: A short tag (``'noise-not-keyed'``, ``'noise-missing'``, ``'noise-not-fresh'``,
-        ``'noise-dependent-coordinates'``, ``'noise-too-small'``).
+        ``'noise-dependent-coordinates'``, ``'noise-too-small'``, ``'noise-unchecked'``).
       message: One sentence: what the probe measured, and which assumption of the accountant fails.
       statistic: The test's statistic, as the message states it (NaN for an exact check).
       p_value: The bound on the test's p-value (0 for an exact check).

@@ -11,8 +11,10 @@ updates as a run would, and at each step also applies the step from the SAME sta
 step's real update and a fresh-key update are independent draws of one law, whatever the
 post-processing (docs/theory/training_audit.md, section 11). Named as :class:`Defect`:
 
+* ``'noise-unchecked'`` (exact): the update of zero gradients is NaN or inf, nothing is probed;
 * ``'noise-not-keyed'`` (exact): no update changes with the run's key: every run draws the same noise;
-* ``'noise-missing'`` (exact): at some step the update does not change with the key;
+* ``'noise-missing'`` (exact): at some step the update does not change with the key, while it
+  does change with the gradient (a step that moves with neither releases nothing);
 * ``'noise-not-fresh'``: at some step the real update is closer to a past update (max |cosine|)
   than the fresh-key update is, in more runs than a fair coin allows (a sign test);
 * ``'noise-dependent-coordinates'``: the difference of two fresh-key updates (coordinates that get
@@ -110,10 +112,18 @@ def noise_defects(
     starts = jax.random.split(start, (keys, leaves))
     fresh = jax.random.split(fresh, (keys, problem.steps, 2, leaves))
     rec = Probe(*(np.asarray(a, np.float64) for a in run(starts, fresh)))
-    if not all(np.all(np.isfinite(a)) for a in rec):
-        return ()  # training_probes names it: the step's update of zero gradients is not finite
-    same = rec.real == rec.fresh
-    if same.all():
+    if not all(np.all(np.isfinite(a)) for a in rec):  # an audit that could not check never passes
+        return (
+            Defect(
+                "noise-unchecked",
+                "the step's update of zero gradients (padded batch slots hold them too) is NaN or "
+                "inf, so its noise could not be probed: nothing the accountant assumes of it is "
+                "checked",
+            ),
+        )
+    same = (rec.real == rec.fresh).all(axis=(0, 2))  # [T]: the key changes nothing
+    moved = (rec.plus != rec.level).any(axis=(0, 2))  # [T]: the gradient moves the update
+    if same.all() and moved.any():
         return (
             Defect(
                 "noise-not-keyed",
@@ -123,7 +133,8 @@ def noise_defects(
             ),
         )
     out = []
-    missing = [t for t in range(problem.steps) if same[:, t].all()]
+    # a step that responds to neither key nor gradient (a schedule at 0) releases nothing: not named
+    missing = [t for t in range(problem.steps) if same[t] and moved[t]]
     if missing:
         out.append(
             Defect(
@@ -133,7 +144,7 @@ def noise_defects(
                 "noise at every step",
             )
         )
-    alive = np.array([t not in missing for t in range(problem.steps)])
+    alive = ~same
     out += _freshness(rec, alive)
     coupled = _coordinate_dependence(rec.pair_a - rec.pair_b, alive, paired, names)
     out += coupled

@@ -221,3 +221,12 @@ def test_a_defect_without_a_violation_exits_3_and_is_printed():
         "noise-dependent-coordinates"
     ]
     assert "not a clean bill" in rec["verdict"]
+
+
+def test_key_reuse_is_named_on_a_one_parameter_model():
+    # worst-case data train one weight: every cosine is 1, so closeness also weighs the distance
+    def problem(bug):
+        return ta.worst_case_problem(steps=4, noise=1.0, batch_size=4, bug=bug)
+
+    assert _kinds(problem("none")) == []
+    assert _kinds(problem("key-reuse")) == ["noise-not-fresh"]

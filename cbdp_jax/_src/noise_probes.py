@@ -15,8 +15,8 @@ post-processing (docs/theory/training_audit.md, section 11). Named as :class:`De
 * ``'noise-not-keyed'`` (exact): no update changes with the run's key: every run draws the same noise;
 * ``'noise-missing'`` (exact): at some step the update does not change with the key, while it
   does change with the gradient (a step that moves with neither releases nothing);
-* ``'noise-not-fresh'``: at some step the real update is closer to a past update (max |cosine|)
-  than the fresh-key update is, in more runs than a fair coin allows (a sign test);
+* ``'noise-not-fresh'``: at some step the real update is closer to a past update (|cosine| less
+  relative distance, at most 1: equal updates) than the fresh-key update is, in more runs than a fair coin allows (a sign test);
 * ``'noise-dependent-coordinates'``: the difference of two fresh-key updates (coordinates that get
   no gradient in either) has signs that agree on two coordinates more often than a fair coin allows;
 * ``'noise-too-small'``: the gradient is the ruler. A shift of +d and -d (d <= C, unclipped) on one
@@ -270,16 +270,26 @@ def _sign_p(wins: np.ndarray, total: np.ndarray) -> np.ndarray:
     return np.where(total > 0, stats.binom.sf(wins - 1, np.maximum(total, 1), 0.5), 1.0)
 
 
-def _unit_rows(u: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(u, axis=-1, keepdims=True)
-    return np.where(norms > 0, u / np.where(norms > 0, norms, 1.0), 0.0)
+def _closeness(u: np.ndarray, past: np.ndarray) -> np.ndarray:
+    """|cos(u_t, past_s)| - |u_t - past_s| / (|u_t| + |past_s|) ``[keys, t, s]``: 1 for equal updates.
+
+    The cosine alone ties every pair of a one-parameter model; the relative distance tells equal
+    updates from proportional ones.
+    """
+    dots = np.einsum("ktf,ksf->kts", u, past)
+    nu, npast = np.linalg.norm(u, axis=-1)[:, :, None], np.linalg.norm(past, axis=-1)[:, None, :]
+    both = nu * npast
+    cos = np.where(both > 0, np.abs(dots) / np.where(both > 0, both, 1.0), 0.0)
+    gap = np.sqrt(np.maximum(nu**2 + npast**2 - 2.0 * dots, 0.0))
+    total = nu + npast
+    return cos - np.where(total > 0, gap / np.where(total > 0, total, 1.0), 0.0)
 
 
 def _freshness(rec: Probe, alive: np.ndarray) -> list[Defect]:
     """Sign test per step t >= 1: the real update is closer to the past than a fresh draw.
 
-    The statistic of step t is max over s < t of |cos(update_t, real update_s)|, for the real
-    update and for the fresh-key one from the same state; given the past they are exchangeable for
+    The statistic of step t is max over s < t of :func:`_closeness` (update_t, real update_s), for
+    the real update and for the fresh-key one from the same state; given the past they are exchangeable for
     a correct step, so the real one wins as often as a fair coin (ties dropped).
     """
     steps = rec.real.shape[1]
@@ -287,12 +297,10 @@ def _freshness(rec: Probe, alive: np.ndarray) -> list[Defect]:
     if not tested:
         return []
     level = LEVEL / 3 / len(tested)
-    past = _unit_rows(rec.real)
     before = np.tril(np.ones((steps, steps), bool), -1)  # [t, s]: s < t
-    real = np.abs(np.einsum("ktf,ksf->kts", past, past))
-    fresh = np.abs(np.einsum("ktf,ksf->kts", _unit_rows(rec.fresh), past))
-    r_max = np.where(before, real, -1.0).max(axis=2)  # [keys, T]
-    f_max = np.where(before, fresh, -1.0).max(axis=2)
+    real = _closeness(rec.real, rec.real)
+    r_max = np.where(before, real, -2.0).max(axis=2)  # [keys, T]
+    f_max = np.where(before, _closeness(rec.fresh, rec.real), -2.0).max(axis=2)
     wins, total = np.sum(r_max > f_max, axis=0), np.sum(r_max != f_max, axis=0)
     p = _sign_p(wins, total)
     t = min(tested, key=lambda i: p[i])
@@ -300,7 +308,9 @@ def _freshness(rec: Probe, alive: np.ndarray) -> list[Defect]:
         return []
     med = np.median(real[:, t, :t], axis=0)
     s = int(np.argmax(med))
-    r = float(med[s])
+    dots = np.einsum("kf,kf->k", rec.real[:, t], rec.real[:, s])
+    norms = np.linalg.norm(rec.real[:, t], axis=-1) * np.linalg.norm(rec.real[:, s], axis=-1)
+    r = float(np.median(np.abs(dots) / np.maximum(norms, 1e-300)))
     what = "identical to" if r > 0.9999 else "tied to"
     bad = [i for i in tested if p[i] <= level]
     return [
@@ -324,10 +334,10 @@ def _coordinate_dependence(diff: np.ndarray, alive, shifted, names) -> list[Defe
     symmetric (swap the keys), and independent across coordinates for a coordinate-wise
     post-processing: where both are non-zero, their signs agree as a fair coin does.
     """
-    s = np.sign(diff[:, alive]).reshape(-1, diff.shape[-1])
-    m = s.shape[1]
-    if m < 2:
+    m = diff.shape[-1]
+    if m < 2:  # a one-parameter model (worst-case data): no pair
         return []
+    s = np.sign(diff[:, alive]).reshape(-1, m)
     agree = s.T @ s
     total = np.abs(s).T @ np.abs(s)
     pairs = m * (m - 1) // 2

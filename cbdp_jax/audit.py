@@ -20,6 +20,7 @@ from cbdp_jax._src.audit import AuditResult as AuditResult
 from cbdp_jax._src.audit import BlindSpot as BlindSpot
 from cbdp_jax._src.audit import Claim as Claim
 from cbdp_jax._src.audit import DatasetSpace as DatasetSpace
+from cbdp_jax._src.audit import Defect as Defect
 from cbdp_jax._src.audit import EmpiricalEpsilon as EmpiricalEpsilon
 from cbdp_jax._src.audit import Row as Row
 from cbdp_jax._src.audit import ViolationPoint as ViolationPoint
@@ -49,6 +50,7 @@ __all__ = [
     "BlindSpot",
     "Claim",
     "DatasetSpace",
+    "Defect",
     "EmpiricalEpsilon",
     "Row",
     "ViolationPoint",

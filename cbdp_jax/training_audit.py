@@ -17,6 +17,7 @@ Examples:
 from cbdp_jax._src.accounting import RELATIONS as RELATIONS
 from cbdp_jax._src.accounting import dpsgd_noise as dpsgd_noise
 from cbdp_jax._src.audit import BlindSpot as BlindSpot
+from cbdp_jax._src.audit import Defect as Defect
 from cbdp_jax._src.audit_io import AuditRefusedError as AuditRefusedError
 from cbdp_jax._src.batch_sampling import SAMPLERS as SAMPLERS
 from cbdp_jax._src.batch_sampling import BatchSampler as BatchSampler
@@ -89,6 +90,7 @@ __all__ = [
     "Canary",
     "ClassCurve",
     "CurvePoint",
+    "Defect",
     "DpSgdState",
     "Prepared",
     "Progress",

@@ -595,6 +595,30 @@ class BlindSpot(NamedTuple):
     message: str
 
 
+class Defect(NamedTuple):
+    """A failed probe of what the accountant assumes of a DP step (e.g. noise reused across steps).
+
+    A defect is found before any training, by a test at a stated level (or by an exact check), and
+    means the claim's accountant does not describe the step: an audit that names one never ends in
+    a plain "no violation" (docs/theory/training_audit.md, section 11).
+
+    Attributes:
+      kind: A short tag (``'noise-not-keyed'``, ``'noise-missing'``, ``'noise-not-fresh'``,
+        ``'noise-dependent-coordinates'``, ``'noise-too-small'``, ``'noise-unchecked'``).
+      message: One sentence: what the probe measured, and which assumption of the accountant fails.
+      statistic: The test's statistic, as the message states it (NaN for an exact check).
+      p_value: The bound on the test's p-value (0 for an exact check).
+      level: The level it was compared with: the family-wise level split over the probes' tests.
+
+    """
+
+    kind: str
+    message: str
+    statistic: float = math.nan
+    p_value: float = 0.0
+    level: float = 0.0
+
+
 @dataclasses.dataclass(frozen=True)
 class AuditResult:
     """The outcome of an audit (``to_dict`` for JSON).
@@ -621,6 +645,8 @@ class AuditResult:
         (then the verdict says so, with the assumption), ``'none'`` when no bound was certified.
       relation: The neighbouring relation of the pair audited, when known (training audits).
       blind_spots: What the audit could not see by construction (:class:`BlindSpot`).
+      defects: What the step does that its claim's accountant does not assume (:class:`Defect`);
+        a result with a defect and no violation is not a clean bill.
 
     """
 
@@ -644,6 +670,7 @@ class AuditResult:
     guarantee: str = "finite-sample"
     relation: str | None = None
     blind_spots: tuple[BlindSpot, ...] = ()
+    defects: tuple[Defect, ...] = ()
 
     def strongest(self) -> Row:
         """The row whose certified bound exceeds its claim by the most (or falls short least)."""
@@ -680,6 +707,7 @@ class AuditResult:
             "guarantee": self.guarantee,
             "relation": self.relation,
             "blind_spots": [b._asdict() for b in self.blind_spots],
+            "defects": [{k: clean(v) for k, v in d._asdict().items()} for d in self.defects],
         }
 
 

@@ -48,9 +48,10 @@ class SummedForm(NamedTuple):
 
 
 class DpSgdState(NamedTuple):
-    """State of :func:`dp_sgd`: the key of the next step's noise."""
+    """State of :func:`dp_sgd`: the key of the next step's noise and the steps taken."""
 
     rng_key: jax.Array
+    count: jax.Array | int = 0
 
 
 def dp_sgd(
@@ -76,6 +77,15 @@ def dp_sgd(
       the step was built for (a step per data set: D has n + 1 examples, its add/remove neighbour
       n; under zero-out both keep n + 1). With every example in every batch (q = 1) that is the
       realized batch size, what a full-batch implementation divides by.
+
+    Bugs of the noise's law (each named by a probe of :mod:`~cbdp_jax._src.noise_probes`):
+
+    * ``'key-reuse'``: the state returns its key unchanged, so every step draws the same noise
+      (the most common JAX randomness mistake);
+    * ``'scalar-noise'``: one normal per step, broadcast over every coordinate of every parameter;
+    * ``'noise-every-other-step'``: noise at steps 0, 2, 4, ... only;
+    * ``'shared-noise-across-leaves'``: one normal vector, as long as the largest parameter, whose
+      first entries every parameter takes (coordinate j of each parameter gets the same noise).
 
     Args:
       learning_rate: The SGD step size, > 0.
@@ -107,7 +117,7 @@ def dp_sgd(
 
     def init(params):
         del params
-        return DpSgdState(key)
+        return DpSgdState(key, jnp.zeros((), jnp.int32))
 
     def update(grads, state, params=None, *, batch_mask=None, **extra_args):
         del params, extra_args
@@ -124,17 +134,32 @@ def dp_sgd(
             divisor = jnp.maximum(jnp.sum(batch_mask), 1).astype(jnp.float32)
         paths, treedef = jax.tree_util.tree_flatten_with_path(summed)
         next_key, *keys = jax.random.split(state.rng_key, len(paths) + 1)
+        noises = _noises(keys, [s for _, s in paths], sigma * clip, bug, state.count)
         out = []
-        for (path, s), k in zip(paths, keys, strict=True):
-            noise = sigma * clip * normal_draws.normal(k, s.shape, s.dtype)
+        for (path, s), noise in zip(paths, noises, strict=True):
             if bug == "noise-on-subset" and "bias" in jax.tree_util.keystr(path):
                 noise = jnp.zeros_like(noise)
             if bug == "noise-after-averaging":
                 out.append(-lr * (s / batch + (noise / batch) / batch))
             else:
                 out.append(-lr * (s + noise) / divisor)
-        return jax.tree.unflatten(treedef, out), DpSgdState(next_key)
+        kept = state.rng_key if bug == "key-reuse" else next_key
+        return jax.tree.unflatten(treedef, out), DpSgdState(kept, state.count + 1)
 
     # what the engine's ghost clipping needs: the clipping norm and the step after the clipped sum
     update.summed_form = SummedForm(None if bug == "no-clip" else clip, from_sum)
     return optax.GradientTransformationExtraArgs(init, update)
+
+
+def _noises(keys, sums, std: float, bug: str, count) -> list:
+    """Each leaf's noise of std ``std``, drawn as ``bug`` says (a fresh normal per coordinate if none)."""
+    if bug == "scalar-noise":
+        z = jax.random.normal(keys[0], ())
+        return [std * jnp.broadcast_to(z, s.shape).astype(s.dtype) for s in sums]
+    if bug == "shared-noise-across-leaves":
+        z = jax.random.normal(keys[0], (max(s.size for s in sums),))
+        return [std * z[: s.size].reshape(s.shape).astype(s.dtype) for s in sums]
+    out = [std * normal_draws.normal(k, s.shape, s.dtype) for k, s in zip(keys, sums, strict=True)]
+    if bug == "noise-every-other-step":
+        return [jnp.where(count % 2 == 0, n, jnp.zeros_like(n)) for n in out]
+    return out

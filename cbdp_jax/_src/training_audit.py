@@ -10,7 +10,11 @@ the empirical epsilon and the verdict are the audit's own. Three rules make a cl
   add-remove as in dp_accounting; a problem's ``relation`` re-accounts a claim that names none, and
   contradicting one is refused);
 * a run whose parameters or score are NaN or inf refuses the audit, naming the share of runs;
-* what the audit cannot see by construction is named on the result (``blind_spots``).
+* what the audit cannot see by construction is named on the result (``blind_spots``);
+* what the step does that the accountant does not assume (its noise reused across steps, shared
+  across coordinates, missing at a step, or smaller than claimed) is named on the result
+  (``defects``, :mod:`~cbdp_jax._src.noise_probes`), and an audit that names one never reads as a
+  plain "no violation".
 
 References:
   Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini, Terzis 2023, "Tight auditing of
@@ -287,7 +291,7 @@ def audit_training(
     Returns:
       The :class:`~cbdp_jax.audit.AuditResult` of :func:`cbdp_jax.audit.audit` on the pair
       ([1], [0]): certified rows, empirical epsilon, verdict, the violation's point, the relation
-      audited and the blind spots.
+      audited, the blind spots and the defects.
 
     Raises:
       InvalidParameterError: For a claim that is not an (epsilon, delta) claim, cannot be accounted
@@ -316,4 +320,15 @@ def audit_training(
         mech = dataclasses.replace(mech, devices=devices, progress=progress, checkpoint=checkpoint)
     config = training_audit_config(parsed.epsilon) if config is None else config
     result = audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)
-    return dataclasses.replace(result, relation=relation, blind_spots=mech.prep.blind_spots)
+    defects = mech.prep.defects
+    verdict = result.verdict
+    if defects and not result.violation:  # never a plain "no violation"
+        verdict = (
+            f"{verdict}; but the step fails {len(defects)} of the noise probes "
+            f"({', '.join(d.kind for d in defects)}): the claim's accountant does not describe "
+            "this step, so no violation certified is not a clean bill"
+        )
+    return dataclasses.replace(
+        result, relation=relation, blind_spots=mech.prep.blind_spots, defects=defects,
+        verdict=verdict,
+    )  # fmt: skip

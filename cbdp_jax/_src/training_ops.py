@@ -13,11 +13,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
 from cbdp_jax._src.training_problem import cross_entropy
-from cbdp_jax._src.validation import InvalidParameterError
 
 
 class Prepared(NamedTuple):
@@ -43,6 +43,10 @@ class Prepared(NamedTuple):
       neighbour_mean: D''s slot along the direction in canary units (0, or -1 for the opposite).
       blind_spots: What this audit cannot see by construction (:class:`BlindSpot` tuples).
       loss: The per-batch loss ``loss(model, x, y)``.
+      raw_keys: Which leaves of the step's state are raw uint32 keys (:func:`raw_key_leaves`),
+        re-seeded per run like typed keys.
+      defects: What the step's noise does that the accountant does not assume (:class:`Defect`
+        tuples, :mod:`~cbdp_jax._src.noise_probes`).
 
     """
 
@@ -63,6 +67,8 @@ class Prepared(NamedTuple):
     neighbour_mean: float = 0.0
     blind_spots: tuple = ()
     loss: Any = cross_entropy
+    raw_keys: tuple = ()
+    defects: tuple = ()
 
 
 def example_loss(loss, graphdef, params, x, y):
@@ -81,13 +87,82 @@ def tree_dot(a, b) -> jax.Array:
     return sum(jnp.vdot(u, v) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
-def rekey(state, key: jax.Array):
-    """Every typed PRNG key in ``state`` replaced by one split from ``key``."""
+def rekey(state, key: jax.Array, raw: tuple[bool, ...] = ()):
+    """Every PRNG key in ``state`` replaced by one split from ``key``.
+
+    Typed keys are always replaced; ``raw`` (one bool per leaf of ``state``, from
+    :func:`raw_key_leaves`; empty: none) marks the raw uint32 keys, whose data is replaced by a key's
+    data of the same shape.
+    """
+    count = max(len(jax.tree.leaves(state)), 1)
+    return rekey_with(state, jax.random.split(key, count), raw)
+
+
+def rekey_with(state, keys: jax.Array, raw: tuple[bool, ...] = ()):
+    """:func:`rekey` with the leaves' keys given (``keys [leaves]``: leaf i's key is ``keys[i]``)."""
     leaves, treedef = jax.tree.flatten(state)
-    keys = jax.random.split(key, max(len(leaves), 1))
-    is_key = lambda a: jnp.issubdtype(getattr(a, "dtype", None), jax.dtypes.prng_key)
-    out = [k if is_key(a) else a for a, k in zip(leaves, keys, strict=False)]
+    raw = tuple(raw) + (False,) * (len(leaves) - len(raw))
+    out = [_fresh(a, keys[i], r) for i, (a, r) in enumerate(zip(leaves, raw, strict=False))]
     return jax.tree.unflatten(treedef, out)
+
+
+def _fresh(leaf, key, raw: bool):
+    if jnp.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+        return key if jnp.shape(leaf) == () else jax.random.split(key, jnp.shape(leaf))
+    if raw:
+        shape = jnp.shape(leaf)[:-1]
+        return jax.random.key_data(key if shape == () else jax.random.split(key, shape))
+    return leaf
+
+
+def _key_size() -> int:
+    """The trailing size of the default PRNG implementation's raw key data (2 for threefry)."""
+    return int(jax.random.key_data(jax.random.key(0)).shape[-1])
+
+
+def raw_key_leaves(tx, params, capacity: int) -> tuple[bool, ...]:
+    """Which leaves of ``tx.init(params)`` are raw keys (``jax.random.PRNGKey``), by the rule below.
+
+    A leaf is a raw key when (1) it is uint32 with a trailing dimension of the default PRNG's key
+    data (2 for threefry), (2) the step's update of zero gradients changes when that data is
+    replaced by another key's, and (3) one step does not advance it like a counter: its new value is
+    either the old one (a reused key, which the noise probes then name) or differs from it by more
+    than 2^16 in some entry (a split key is pseudo-random; a counter moves by a few). A uint32
+    scalar, a [2] counter the update does not read, and a [2] counter it reads and increments are
+    not keys, and are left as they are: re-seeding them would change what the step computes.
+    """
+    state = tx.init(params)
+    leaves = jax.tree.leaves(state)
+    size = _key_size()
+    out = []
+    for i, leaf in enumerate(leaves):
+        shape = jnp.shape(leaf)
+        if getattr(leaf, "dtype", None) != jnp.uint32 or not shape or shape[-1] != size:
+            out.append(False)
+            continue
+        out.append(_acts_as_key(tx, params, state, i, capacity))
+    return tuple(out)
+
+
+def _acts_as_key(tx, params, state, i: int, capacity: int) -> bool:
+    """Rules (2) and (3) of :func:`raw_key_leaves` for leaf ``i`` of ``state``."""
+    leaves, treedef = jax.tree.flatten(state)
+    zeros = jax.tree.map(lambda p: jnp.zeros((capacity, *p.shape), p.dtype), params)
+    mask = jnp.ones(capacity, bool)
+    shape = jnp.shape(leaves[i])[:-1]
+
+    def with_data(seed):
+        data = jax.random.key_data(jax.random.split(jax.random.key(seed), shape))
+        return jax.tree.unflatten(treedef, [*leaves[:i], data, *leaves[i + 1 :]])
+
+    (u1, s1), (u2, _) = (apply_step(tx, zeros, with_data(s), params, mask) for s in (11, 12))
+    flat = lambda t: jnp.concatenate([jnp.ravel(a) for a in jax.tree.leaves(t)] or [jnp.zeros(0)])
+    if bool(jnp.all(flat(u1) == flat(u2))):
+        return False
+    old = np.asarray(jax.tree.leaves(with_data(11))[i], np.int64)
+    step = np.asarray(jax.tree.leaves(s1)[i], np.int64) - old
+    counter = bool(np.all((step >= 0) & (step <= 2**16))) and bool(np.any(step > 0))
+    return not counter
 
 
 def apply_step(tx, grads, state, params, mask):
@@ -95,15 +170,6 @@ def apply_step(tx, grads, state, params, mask):
     if isinstance(tx, optax.GradientTransformationExtraArgs):
         return tx.update(grads, state, params, batch_mask=mask)
     return tx.update(grads, state, params)
-
-
-def _check_keys(state) -> None:
-    raw = [a for a in jax.tree.leaves(state) if getattr(a, "dtype", None) == jnp.uint32]
-    if raw:
-        raise InvalidParameterError(
-            "step is invalid: its state holds raw uint32 keys, which a training audit cannot "
-            "re-seed per run (every run would draw the same noise); use jax.random.key"
-        )
 
 
 def lone_response(tx, params, direction, grad, capacity: int, others=None) -> float:

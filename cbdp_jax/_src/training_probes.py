@@ -28,7 +28,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.audit import BlindSpot
-from cbdp_jax._src.training_ops import Prepared, _check_keys, apply_step, lone_response, rekey
+from cbdp_jax._src.training_ops import Prepared, apply_step, lone_response, rekey
 from cbdp_jax._src.training_problem import TrainingProblem
 from cbdp_jax._src.validation import InvalidParameterError
 
@@ -45,7 +45,6 @@ def check_step(problem: TrainingProblem, tx, params) -> None:
         state = tx.init(params)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's step
         raise InvalidParameterError(f"step is invalid: its init failed ({_first(exc)})") from exc
-    _check_keys(state)
     cap = problem.sampler.capacity(problem.examples)
     grads = jax.tree.map(lambda p: jax.ShapeDtypeStruct((cap, *p.shape), p.dtype), params)
     mask = jax.ShapeDtypeStruct((cap,), jnp.bool_)
@@ -93,13 +92,31 @@ def blind_spots(problem: TrainingProblem, tx, prep: Prepared) -> tuple[BlindSpot
     out += _noise_spots(problem, tx, prep)
     k = min(7, cap - 1)
     if k >= 1:
-        others = (k, jax.tree.map(lambda g: jnp.broadcast_to(0.5 * g, (k, *g.shape)), probe))
+        other = _aside(prep.direction, 0.5 * _norm(probe))
+        others = (k, jax.tree.map(lambda g: jnp.broadcast_to(g, (k, *g.shape)), other))
         shared = lone_response(tx, prep.params, prep.direction, probe, cap, others)
         if abs(shared - base) > 1e-3 * abs(base):
             out += _normalisation_spots(problem, tx, prep, shared / base, k, probe)
     if not isinstance(problem.step, optax.GradientTransformation):  # a step per data set
         out += _size_spots(problem, prep, base, cap, probe)
     return tuple(out)
+
+
+def _norm(tree) -> float:
+    return float(jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(tree))))
+
+
+def _aside(direction, norm: float):
+    """A gradient of ``norm`` along the coordinate where ``direction`` is smallest (zero: disjoint).
+
+    Others that share the batch there leave the aggregate along the canary's own coordinates as it
+    is, so a coordinate-wise post-processing (momentum, Adam) responds to the canary as it does
+    alone; only a step that divides by a count of examples (or acts on the whole aggregate) does
+    not.
+    """
+    flat, unravel = ravel_pytree(direction)
+    i = int(jnp.argmin(jnp.abs(flat)))
+    return unravel(jnp.zeros_like(flat).at[i].set(norm))
 
 
 def _above_known_clip(problem: TrainingProblem) -> bool:
@@ -117,18 +134,18 @@ def _scaled(tree, c: float):
 
 
 def _noise_spots(problem: TrainingProblem, tx, prep: Prepared) -> list[BlindSpot]:
-    """Parameters the step's noise does not reach, from two keys' updates of a zero batch."""
+    """Parameters the step's noise does not reach: 32 keys' updates of a zero batch all equal there."""
     cap = problem.sampler.capacity(problem.examples)
     zeros = jax.tree.map(lambda p: jnp.zeros((cap, *p.shape), p.dtype), prep.params)
     mask = jnp.ones(cap, bool)
     state = tx.init(prep.params)
-    ups = [
-        ravel_pytree(apply_step(tx, zeros, rekey(state, jax.random.key(s)), prep.params, mask)[0])[
-            0
-        ]
-        for s in (1, 2)
-    ]
-    still = np.asarray(ups[0] == ups[1])
+
+    def update(key):  # a coordinate-wise post-processing (Adam) can tie two draws: 32 keys
+        new = rekey(state, key, prep.raw_keys)
+        return ravel_pytree(apply_step(tx, zeros, new, prep.params, mask)[0])[0]
+
+    ups = jax.vmap(update)(jax.random.split(jax.random.key(1), 32))
+    still = np.asarray(jnp.all(ups == ups[:1], axis=0))
     if not still.any():
         return []
     if still.all():
@@ -185,11 +202,19 @@ def _counts_zeroed_slot(tx, prep: Prepared, cap: int, probe, k: int) -> bool:
     return not bool(jnp.allclose(a, b, rtol=1e-5, atol=0.0))
 
 
+def _times(ratio: float) -> str:
+    """``'0.125x'``; a ratio under 0.001 in size reads ``'less than 0.001x'`` (never ``'-0x'``)."""
+    if abs(ratio) < 1e-3:
+        return "less than 0.001x"
+    return f"{ratio + 0.0:.3g}x"
+
+
 def _normalisation_spots(problem, tx, prep, ratio: float, k: int, probe) -> list[BlindSpot]:
     head = (
-        f"the step's response to one example depends on how many others share its batch "
-        f"({ratio:.3g}x with {k} others: a division by the realized batch size or by a count of "
-        "non-zero gradients)"
+        f"the step's response to the canary changes when {k} other examples, along other "
+        f"coordinates, share its batch ({_times(ratio)} its response alone; a division by the "
+        "realized batch size or by a count of non-zero gradients does this, and so does an "
+        "operation on the whole aggregate, such as clipping it)"
     )
     cap = problem.sampler.capacity(problem.examples)
     spots = []
@@ -198,17 +223,17 @@ def _normalisation_spots(problem, tx, prep, ratio: float, k: int, probe) -> list
             BlindSpot(
                 "batch-normalisation",
                 f"{head}; it counts a zeroed slot of the batch as an example, and zero-out keeps "
-                "the canary's slot there, so zero-out sees only part of the leak that division "
-                "causes: add-remove sees it all",
+                "the canary's slot there, so by construction zero-out cannot see all of the leak "
+                "such a division causes: add-remove can",
             )
         )
     if _hidden_by_coordinate(problem, prep):
         spots.append(
             BlindSpot(
                 "batch-normalisation",
-                f"{head}; it leaks where the other examples' clipped gradients align with the "
-                "canary's, and this canary lies along a coordinate no example moves, where the "
-                "division moves exactly as the accountant says: audit on aligned data (data="
+                f"{head}; such a step leaks where the other examples' clipped gradients align "
+                "with the canary's, and this canary lies along a coordinate no example moves, so "
+                "by construction the audit cannot see that leak: audit on aligned data (data="
                 "'worst-case') to see it",
             )
         )

@@ -37,6 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.batch_sampling import BatchSampler
 from cbdp_jax._src.ghost_clipping import ghost_update
+from cbdp_jax._src.noise_probes import noise_defects
 from cbdp_jax._src.sharded_runs import sharded_runs
 from cbdp_jax._src.training_ops import (
     Prepared,
@@ -44,6 +45,7 @@ from cbdp_jax._src.training_ops import (
     example_loss,
     lone_response,
     per_example_grads,
+    raw_key_leaves,
     rekey,
     slot_batch,
     tree_dot,
@@ -125,8 +127,12 @@ def _canary(problem: TrainingProblem, loss, graphdef, params, x, y, xs, ys):
     return direction, jax.tree.map(lambda d: problem.canary_norm() * d, direction), coord, exact
 
 
-def prepare(problem: TrainingProblem) -> Prepared:
-    """Splits the model, lays out the slots, fixes the canary's records, direction and unit, probes the step."""
+def prepare(problem: TrainingProblem, *, noise_probes: bool = True) -> Prepared:
+    """Splits the model, lays out the slots, fixes the canary's records, direction and unit, probes the step.
+
+    ``noise_probes=False`` leaves out the probes of the step's noise (``defects`` stays empty: a
+    result for the blind spots alone, never for an audit).
+    """
     graphdef, params = nnx.split(problem.model, nnx.Param)
     loss = cross_entropy if problem.loss_fn is None else problem.loss_fn
     x, y = _arrays(problem, graphdef, params)
@@ -139,14 +145,18 @@ def prepare(problem: TrainingProblem) -> Prepared:
         neighbour_grad, mean = jax.tree.map(jnp.negative, canary_grad), -1.0
     tx = problem.step_for(problem.examples)
     check_step(problem, tx, params)
+    raw = raw_key_leaves(tx, params, problem.sampler.capacity(problem.examples))
     c = problem.canary
     prep = Prepared(
         graphdef, params, xs, ys, slot, canary_grad, direction, 1.0, coord, exact,
-        neighbour_grad, x_out, y_out, relation, mean, (), loss,
+        neighbour_grad, x_out, y_out, relation, mean, (), loss, raw,
     )  # fmt: skip
     if c.kind == "gradient":
         prep = prep._replace(unit=_unit(problem, tx, prep))
-    return prep._replace(blind_spots=blind_spots(problem, tx, prep))
+    prep = prep._replace(blind_spots=blind_spots(problem, tx, prep))
+    if not noise_probes:
+        return prep
+    return prep._replace(defects=noise_defects(jax.random.key(0), problem, tx, prep))
 
 
 def _unit(problem: TrainingProblem, tx, prep: Prepared) -> float:
@@ -245,7 +255,7 @@ def make_run(
         tx = txs[float(side)] if side is not None else txs[1.0]
         fast = ghost[float(side)] if side is not None else ghost[1.0]
         k_batch, k_noise = jax.random.split(key)
-        state = rekey(tx.init(prep.params), k_noise)
+        state = rekey(tx.init(prep.params), k_noise, prep.raw_keys)
         if size_out == size_d or side is not None:  # a static size: the sampler's fast path
             size = size_d if side is None or side > 0 else size_out
         else:

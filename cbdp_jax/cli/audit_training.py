@@ -159,7 +159,7 @@ def audit_training_cmd(
     above the empirical eps, both true at different points of the curve. A verdict resting on an
     asymptotic bound says so on its line. What the audit cannot see by construction (a canary the
     clipping does not bind on, parameters without noise, a normalisation the relation or the
-    canary hides) is named after the verdict ("not seen") and in the JSON's blind_spots.
+    canary hides) is named after the verdict ("blind spot") and in the JSON's blind_spots.
 
     Beyond the threat's score, the gradient threat records every update along the canary's
     coordinate, dead twins (coordinates no example moves) and a few moved ones, and the white-box
@@ -171,7 +171,15 @@ def audit_training_cmd(
     training of the same problem, and the one-run bounds (steinke, fdp, gdp: finite-sample;
     gaussian-scores: asymptotic) are checked against the claim (docs/theory/one_run.md, section 8).
 
-    Exit status: 0 when no violation is certified, 1 when one is, 2 for bad input.
+    Before training, the step is also run on zero gradients under 64 keys to probe what the
+    accountant assumes of its noise: fresh at every step, independent across coordinates and runs,
+    present at every step, of the claimed size S C on every parameter (momentum, Adam, schedules
+    and weight decay are post-processing and pass). A failed probe is a defect, one line each
+    ("defect (noise-not-fresh): ...") and in the JSON's defects, at a family-wise level of 1e-6.
+
+    Exit status: 0 clean (no violation certified, no defect named); 1 a violation certified, with
+    or without a defect; 2 bad input or a refused audit; 3 a defect named and no violation
+    certified (the claim's accountant does not describe the step: not a clean bill).
     """
     import jax
 
@@ -200,6 +208,8 @@ def audit_training_cmd(
     _emit_training_audit(result, built, setup, output_format, out)
     if result.violation:
         raise typer.Exit(1)
+    if result.defects:
+        raise typer.Exit(3)
 
 
 def _checkpoint(o: dict[str, Any], claim: str, config) -> Any:
@@ -426,5 +436,8 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
         f"{2 * training['runs_per_side']} trainings and audit: {training['seconds']:.1f} s"
     )
     _emit_audit(result, "table", None, pair=training["pair"])
+    beside = ", beside the certified violation" if result.violation else ""
     for spot in result.blind_spots:
-        _echo_wrapped(f"not seen ({spot.kind}): {spot.message}")
+        _echo_wrapped(f"blind spot ({spot.kind}){beside}: {spot.message}")
+    for defect in result.defects:
+        _echo_wrapped(f"defect ({defect.kind}): {defect.message}")

@@ -65,7 +65,8 @@ def test_exact_sigma_1e_300_is_one_line_and_an_unexpected_exception_too(monkeypa
                         "--adversary", "linear", "--divergence", "kl")  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1, err  # refused: beyond float64
     assert "sigma=1e-300 is invalid" in err and "float64" in err and "Traceback" not in err
-    # An exception no check catches: one line with its place, exit 1; the full traceback with --debug
+    # An exception no check catches: one line with its place, exit 4 (never a verdict's 1 or 3); the
+    # full traceback with --debug
     import cbdp_jax.cli.exact as exact_cli
 
     def boom(*a, **k):
@@ -73,7 +74,7 @@ def test_exact_sigma_1e_300_is_one_line_and_an_unexpected_exception_too(monkeypa
 
     monkeypatch.setattr(exact_cli, "_noise_pair", boom)
     code, _, err = _run(monkeypatch, capsys, "exact")
-    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert code == 4 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ZeroDivisionError: float division by zero, at ")
     assert "test_new_user.py" in err and "--debug" in err and "CBDP_DEBUG=1" in err
     monkeypatch.setattr(sys, "argv", ["cbdp", "--debug", "exact"])

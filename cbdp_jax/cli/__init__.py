@@ -42,6 +42,10 @@ app = typer.Typer(
 )
 
 # In this order in `cbdp --help`.
+# The exit status of a command that failed (an exception no check caught, XLA out of memory): never a
+# verdict, so a script cannot read a crash as an audit's certified violation (1) or defect (3).
+FAILED = 4
+
 COMMANDS = {
     "exact": exact_cmd,
     "calibrate": calibrate_cmd,
@@ -95,8 +99,9 @@ def main() -> None:
 
     Ctrl-C (``KeyboardInterrupt``, which typer turns into ``Exit(130)``, raised or returned) ends with
     one line ``interrupted`` on stderr and status 130. XLA running out of memory ends with one line and
-    status 1 (sizes the command line can check beforehand are refused with status 2), and so does any
-    other exception: its type, message and the file and line that raised it (the user's own code
+    status 4 (``FAILED``: never a verdict; an audit's 1 means a certified violation, its 3 a defect;
+    sizes the command line can check beforehand are refused with status 2), and so does any other
+    exception: its type, message and the file and line that raised it (the user's own code
     where it was there). ``cbdp --debug`` or ``CBDP_DEBUG=1`` prints the full traceback as well.
     """
     from cbdp_jax._src.user_code import (
@@ -131,7 +136,7 @@ def main() -> None:
             raise
         # one line, not a traceback: XLA's out-of-memory error, or where the exception was raised
         typer.echo(f"error: {line or internal_error_text(exc)}", err=True)
-        sys.exit(1)
+        sys.exit(FAILED)
     if code == 130:  # no command returns 130: typer's Exit(130) for a KeyboardInterrupt, returned
         _interrupted()
     sys.exit(code if isinstance(code, int) else 0)

@@ -200,3 +200,24 @@ def test_the_score_group_alone_gives_the_rows_of_before():
     assert only.family_size == 22 and full.family_size > only.family_size
     assert [r.critic for r in full.rows[:22]] == [r.critic for r in only.rows]
     assert [r.estimate for r in full.rows[:22]] == [r.estimate for r in only.rows]
+
+
+def test_the_score_alone_records_no_release_and_a_release_too_large_names_the_way_out(monkeypatch):
+    problem = dataclasses.replace(problem_of(), steps=4)
+    only = ta.training_audit_config(4.0, samples=400, feature_groups=("score",))
+    result = ta.audit_training(jax.random.key(5), problem, config=only)
+    groups = {"sum", "steps", "twins", "exact", "learned", "coordinates"}
+    assert result.family_size == 22 and not {r.critic.split(":")[0] for r in result.rows} & groups
+    mech = ta.training_mechanism(problem, release=False)
+    assert mech.release is None and mech.output_dim([1.0]) == 1
+    full = ta.training_mechanism(problem)
+    assert full.output_dim([1.0]) == 1 + full.release.steps * full.release.width > 1
+    # the memory check counts the release: with 1 GiB free, 10^7 runs of 1 + 4 k values are refused
+    # and the refusal names the score alone; the score alone (1 value a run) still needs 0.29 GiB
+    from cbdp_jax._src import sizes
+
+    monkeypatch.setattr(sizes, "available_bytes", lambda: 2**30)
+    big = ta.training_audit_config(4.0, samples=10_000_000)
+    with pytest.raises(InvalidParameterError, match="--critics score"):
+        ta.audit_training(jax.random.key(5), problem, config=big)
+    assert sizes.audit_bytes(10_000_000, 1) < 0.3 * 2**30 * 1.01

@@ -1133,7 +1133,13 @@ def _check_memory(mech, pair, space, config: AuditConfig) -> None:
     known = dataset is not None or hasattr(mech, "problem")
     dim = mech.output_dim(dataset) if known else 1
     noun = getattr(mech, "sample_noun", "samples")
-    sizes.check_memory_for_audit(config.samples, config.screen_samples, dim, noun)
+    advice = ""
+    if hasattr(mech, "problem") and dim > 1:  # a training's release: the score alone is one value
+        advice = (
+            f"use fewer {noun}, or audit the score alone (feature_groups=('score',); the command "
+            "line's --critics score), which records one value a run"
+        )
+    sizes.check_memory_for_audit(config.samples, config.screen_samples, dim, noun, advice)
 
 
 def _chosen_groups(mech, config: AuditConfig) -> tuple:

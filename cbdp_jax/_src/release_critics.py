@@ -36,7 +36,8 @@ _FEW = ("halfspace",)  # the critic class of a release group at its two grid poi
 
 
 def _score(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x)[:, :1]
+    # float64, as the audit of the score alone has it: the score group's rows are that audit's
+    return np.asarray(np.asarray(x)[:, :1], np.float64)
 
 
 def _series(x: np.ndarray, layout: ReleaseLayout) -> np.ndarray:

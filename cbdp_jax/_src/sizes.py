@@ -178,12 +178,12 @@ def audit_bytes(samples: int, dim: int = 1) -> int:
 
 
 def check_memory_for_audit(
-    samples: int, screen_samples: int, dim: int, noun: str = "samples"
+    samples: int, screen_samples: int, dim: int, noun: str = "samples", advice: str = ""
 ) -> None:
     """Before an audit draws: the larger of its certification and screening samples must fit."""
     for option, n in (("samples", samples), ("screen_samples", screen_samples)):
         each = f"{dim} value{'s' if dim > 1 else ''} each"
-        check_fits(option, n, audit_bytes(n, dim), f"{n} {noun} per side ({each})")
+        check_fits(option, n, audit_bytes(n, dim), f"{n} {noun} per side ({each})", advice)
 
 
 def sweep_bytes(members: int, *, batch_size: int, val_samples: int, eval_chunk: int, dim: int,

@@ -77,13 +77,16 @@ __all__ = [
 _SIDES = {1.0: "D (canary in)", 0.0: "D' (the neighbour)"}
 
 
-def training_mechanism(problem: TrainingProblem, prep: Prepared | None = None) -> AuditMechanism:
+def training_mechanism(
+    problem: TrainingProblem, prep: Prepared | None = None, *, release: bool = True
+) -> AuditMechanism:
     """The training as an :class:`~cbdp_jax.audit.AuditMechanism`: ``fn(key, dataset, n)`` runs n trainings.
 
     ``dataset`` is ``[1.0]`` (D: canary in) or ``[0.0]`` (D': the relation's neighbour); ``fn``
     traces under ``jax.jit`` with n static. Its outputs are the n scores ``[n]``. ``sample`` runs
     them in the programs :func:`training_runs` keeps, refuses runs that are not finite and returns
-    each run's score and release (:mod:`~cbdp_jax._src.training_release`).
+    each run's score and release (:mod:`~cbdp_jax._src.training_release`); ``release=False``
+    records the score alone (one value a run, for the audit of ``feature_groups=('score',)``).
     """
     prep = prepare(problem) if prep is None else prep
     runs = {}
@@ -99,7 +102,7 @@ def training_mechanism(problem: TrainingProblem, prep: Prepared | None = None) -
             runs[None] = make_run(problem, prep)
         return many_runs(problem, runs[None], key, present, n).score
 
-    layout = release_layout(problem, prep)
+    layout = release_layout(problem, prep) if release else None
     return TrainingMechanism(fn, problem.name, problem=problem, prep=prep, release=layout)
 
 
@@ -315,10 +318,13 @@ def audit_training(
         build = lambda: dataclasses.replace(problem, relation=relation)
         runs = remembered(_RELATED, (problem,), relation, build, keep=4)
     # one problem's mechanism (and compiled program) kept: audits of it with other keys reuse it
-    mech = remembered(_MECHANISMS, (runs,), None, lambda: training_mechanism(runs), keep=1)
+    config = training_audit_config(parsed.epsilon) if config is None else config
+    # the score alone records nothing more: one value a run (10^7 runs a side hold 0.3 GB, not 50)
+    release = config.feature_groups != ("score",)
+    build = lambda: training_mechanism(runs, release=release)
+    mech = remembered(_MECHANISMS, (runs,), release, build, keep=2)
     if devices is not None or progress is not None or checkpoint is not None:
         mech = dataclasses.replace(mech, devices=devices, progress=progress, checkpoint=checkpoint)
-    config = training_audit_config(parsed.epsilon) if config is None else config
     result = audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)
     defects = mech.prep.defects
     verdict = result.verdict

@@ -84,6 +84,12 @@ _SCORE = (
     "--one-run: sum (the updates along each canary) or llr (their likelihood ratio for the "
     "finite-sample methods; coordinate canaries); gaussian-scores always gets the sum"
 )
+_CRITICS = (
+    "the critics certified, one family: all (default: the threat's score and every group of "
+    "critics of the release), or a comma list of score, sum, steps, twins, exact, learned, "
+    "coordinates. 'score' alone records nothing beyond the score: one value a run instead of "
+    "1 + T k, for audits of 10^7 runs"
+)
 _CHECKPOINT = (
     "folder the runs' outputs are written into in blocks as they finish (about every 10 s), so "
     "a killed audit can resume (--resume); about 4 (T (k + 1) + 3) bytes a run, k the coordinates the release records. Default: none"
@@ -139,6 +145,7 @@ def audit_training_cmd(
     ] = 1000,
     directions: Annotated[str, _Opt(help=_DIRECTIONS)] = "auto",
     score: Annotated[str, _Opt(help=_SCORE)] = "sum",
+    critics: Annotated[str, _Opt(help=_CRITICS)] = "all",
     checkpoint: Annotated[Path | None, _Opt(help=_CHECKPOINT)] = None,
     resume: Annotated[bool, _Opt("--resume", help=_RESUME)] = False,
 ) -> None:
@@ -197,7 +204,7 @@ def audit_training_cmd(
     parsed = au.parse_claim(text)
     if one_run:
         return one_run_cmd(built, setup, opts, parsed, output_format, out)
-    config = _training_config(parsed.epsilon, runs, confidence)
+    config = _training_config(parsed.epsilon, runs, confidence, critics)
     blocks = _checkpoint(opts, text, config)
     start = time.perf_counter()
     result = _audit_with_progress(jax.random.key(seed), built, text, config, runs, blocks)
@@ -232,10 +239,26 @@ def _accountant_of(result) -> str | None:
     return ((result.claimed or {}).get("source") or {}).get("method")
 
 
-def _training_config(epsilon: float, runs: int, confidence: float):
+def _training_config(epsilon: float, runs: int, confidence: float, critics: str = "all"):
     from cbdp_jax._src.training_audit import training_audit_config
 
-    return training_audit_config(epsilon, samples=runs, confidence=confidence)
+    groups = None if critics == "all" else _critic_groups(critics)
+    return training_audit_config(
+        epsilon, samples=runs, confidence=confidence, feature_groups=groups
+    )
+
+
+def _critic_groups(text: str) -> tuple[str, ...]:
+    """``--critics`` as feature-group names (each one of the release's groups, 'score' first)."""
+    from cbdp_jax._src.release_critics import GROUPS
+
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = [n for n in names if n not in GROUPS]
+    if bad or not names:
+        raise InvalidParameterError(
+            f"critics={text!r} is invalid: give all, or a comma list of {', '.join(GROUPS)}"
+        )
+    return names
 
 
 def _check_options(o: dict[str, Any]) -> None:
@@ -244,6 +267,8 @@ def _check_options(o: dict[str, Any]) -> None:
 
     check_int_at_least("runs", o["runs"], 100)
     _check_runs_fit(o["runs"])
+    if o["critics"] != "all":
+        _critic_groups(o["critics"])
     if o["resume"] and o["checkpoint"] is None:
         raise InvalidParameterError(
             "resume=True is invalid without a checkpoint folder: give --checkpoint FOLDER"

@@ -62,8 +62,9 @@ class RunBlocks:
       >>> blocks = RunBlocks(tempfile.mkdtemp(), {"audit": "demo"})
       >>> part = blocks.part("side 1")
       >>> part.save(0, 3, [np.arange(3.0)], chunk=8)
-      >>> part.load()[0], part.load()[1][0].tolist()
-      (3, [[0.0, 1.0, 2.0]])
+      >>> done, blocks_leaves, chunk = part.load()
+      >>> done, [leaf.tolist() for leaf in blocks_leaves[0]], chunk
+      (3, [[0.0, 1.0, 2.0]], 8)
 
     """
 

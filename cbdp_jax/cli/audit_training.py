@@ -204,15 +204,21 @@ def audit_training_cmd(
     parsed = au.parse_claim(text)
     if one_run:
         return one_run_cmd(built, setup, opts, parsed, output_format, out)
-    config = _training_config(parsed.epsilon, runs, confidence, critics)
+    _many_runs(jax.random.key(seed), built, setup, opts, text, parsed.epsilon)
+
+
+def _many_runs(key, built, setup: dict, opts: dict[str, Any], text: str, epsilon: float) -> None:
+    """The many-run audit: runs, certifies, prints; exits 1 on a violation, 3 on a defect alone."""
+    runs = opts["runs"]
+    config = _training_config(epsilon, runs, opts["confidence"], opts["critics"])
     blocks = _checkpoint(opts, text, config)
     start = time.perf_counter()
-    result = _audit_with_progress(jax.random.key(seed), built, text, config, runs, blocks)
+    result = _audit_with_progress(key, built, text, config, runs, blocks)
     setup |= {
         "relation": result.relation, "accountant": _accountant_of(result), "runs_per_side": runs,
         "seconds": time.perf_counter() - start, "pair": _pair_text(built, result.relation),
     }  # fmt: skip
-    _emit_training_audit(result, built, setup, output_format, out)
+    _emit_training_audit(result, built, setup, opts["output_format"], opts["out"])
     if result.violation:
         raise typer.Exit(1)
     if result.defects:
@@ -464,5 +470,5 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
     beside = ", beside the certified violation" if result.violation else ""
     for spot in result.blind_spots:
         _echo_wrapped(f"blind spot ({spot.kind}){beside}: {spot.message}")
-    for defect in result.defects:
+    for defect in getattr(result, "defects", ()):
         _echo_wrapped(f"defect ({defect.kind}): {defect.message}")

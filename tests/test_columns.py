@@ -189,7 +189,8 @@ def test_training_audit_header_fits_80_columns():
     assert max(len(line) for line in lines) <= 80, lines
     flat = " ".join(buf.getvalue().split())
     assert "63 examples + canary" in flat and "gradient threat, add-remove" in flat
-    assert "blind spot (batch-normalisation): a long sentence" in flat
+    # a certified violation above it: the blind spot is said to stand beside it, never "not seen"
+    assert "blind spot (batch-normalisation), beside the certified violation: a long" in flat
 
 
 def test_a_bound_on_a_shrunk_critic_far_from_the_estimate_is_labelled_too():

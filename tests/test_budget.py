@@ -149,7 +149,7 @@ def test_a_cancelled_run_stops_after_its_first_segment():
 def test_sample_counts_that_would_not_fit_are_refused_before_drawing(monkeypatch):
     with pytest.raises(InvalidParameterError, match=r"samples=10000000000 is invalid: .* GiB"):
         estimate(jax.random.key(0), LaplaceMechanism(epsilon=1.0), samples=10**10)
-    monkeypatch.setattr(sizes, "available_bytes", lambda: 2**20)  # 1 MiB free
+    monkeypatch.setattr(sizes, "available_bytes", lambda **_: 2**20)  # 1 MiB free
     with pytest.raises(InvalidParameterError, match=r"samples=100000 is invalid: .*1 MiB"):
         estimate(jax.random.key(0), LaplaceMechanism(epsilon=1.0), samples=100_000)
     rng = np.random.default_rng(0)

@@ -175,7 +175,7 @@ GIB = 2**30
 def sixteen_gib(monkeypatch):
     from cbdp_jax._src import sizes
 
-    monkeypatch.setattr(sizes, "available_bytes", lambda: 16 * GIB)
+    monkeypatch.setattr(sizes, "available_bytes", lambda **_: 16 * GIB)
 
 
 def test_audit_sizes_refuse_by_memory_and_keep_streamed_training_runs(sixteen_gib):

@@ -216,7 +216,7 @@ def test_the_score_alone_records_no_release_and_a_release_too_large_names_the_wa
     # and the refusal names the score alone, which the same memory holds (one value a run)
     from cbdp_jax._src import sizes
 
-    monkeypatch.setattr(sizes, "available_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(sizes, "available_bytes", lambda **_: 8 * 2**30)
     big = ta.training_audit_config(4.0, samples=10_000_000)
     with pytest.raises(InvalidParameterError, match="--critics score"):
         ta.audit_training(jax.random.key(5), problem, config=big)

@@ -31,15 +31,19 @@ MEMORY_SHARE = 0.8
 EVAL_CHUNK = 16384  # test rows evaluated at once (EstimatorConfig.eval_chunk's default)
 
 
-def available_bytes() -> int | None:
+def available_bytes(*, host_only: bool = False) -> int | None:
     """Memory free for samples, in bytes; None when unknown (then nothing is refused).
 
     The default device's free memory where it reports it, else the host's ``MemAvailable``.
+    ``host_only`` asks the host alone: it does not start JAX's backend, which a command that still
+    has to set its devices (``cbdp sweep --devices-per-process``) must not do.
     """
+    stats = {}
     try:
-        import jax
+        if not host_only:
+            import jax
 
-        stats = jax.devices()[0].memory_stats() or {}
+            stats = jax.devices()[0].memory_stats() or {}
     except Exception:  # noqa: BLE001 -- a backend without memory statistics
         stats = {}
     if "bytes_limit" in stats:
@@ -100,7 +104,8 @@ def size_text(n: float) -> str:
     return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
 
 
-def check_fits(option: str, value: object, needed: int, what: str, advice: str = "") -> None:
+def check_fits(option: str, value: object, needed: int, what: str, advice: str = "", *,
+               host_only: bool = False) -> None:  # fmt: skip
     """Refuses ``value`` of ``option`` in one line when ``needed`` bytes would not fit in memory.
 
     Raises:
@@ -108,7 +113,7 @@ def check_fits(option: str, value: object, needed: int, what: str, advice: str =
         available ...``.
 
     """
-    free = available_bytes()
+    free = available_bytes(host_only=host_only)
     if free is None or needed <= MEMORY_SHARE * free:
         return
     raise InvalidParameterError(

@@ -203,7 +203,9 @@ def _check_fits(job) -> None:
     }
     name = max(share, key=share.get)
     value = job.seeds if name == "seeds" else c[name]
-    check_fits(name, value, needed, what, f"use a smaller --{name.replace('_', '-')}")
+    # the host's memory: asking a device would start JAX before --devices-per-process sets it up
+    advice = f"use a smaller --{name.replace('_', '-')}"
+    check_fits(name, value, needed, what, advice, host_only=True)
 
 
 def _print_sweep(record: dict[str, Any], output_format: str, out: Path) -> None:

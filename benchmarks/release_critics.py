@@ -3,7 +3,7 @@
 The setting of issue 48: a user's logistic regression on 63 synthetic examples plus the gradient
 canary, Poisson q = 1/8, T = 16, S = 1, C = 1, the step dividing by the expected batch 8; the run's
 own claim (4.015, 1e-5) under add-remove (dp_accounting PLD); every other option at the command
-line's defaults (level 0.95, key 0). The steps are written here as a user would write them (optax
+line's defaults (level 0.95, key 0). The steps (docs/examples/user_noise_bugs.py) are written as a user would write them (optax
 transformations with a key in their state), so the same runs are what
 
     cbdp audit-training --problem benchmarks/release_critics.py:key_reuse --runs 20000
@@ -28,11 +28,15 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "examples"))
+# The user's steps and the problems (re-exported so that --problem FILE:key_reuse names them here):
+from user_noise_bugs import correct, even_steps, key_reuse, scalar_noise, user_step  # noqa: E402, F401
+from user_noise_bugs import problem as problem_with  # noqa: E402
 
 from cbdp_jax import training_audit as ta  # noqa: E402
 from cbdp_jax._src.hockey_stick import tail_epsilon  # noqa: E402
@@ -40,40 +44,6 @@ from cbdp_jax._src.statistics import binomial  # noqa: E402
 from cbdp_jax._src.statistics.bounds import family_confidence  # noqa: E402
 
 CLAIM_EPS = 4.015
-
-
-def user_step(bug: str = "none", *, lr=0.5, clip=1.0, noise=1.0, expected=8.0):
-    """Clip to C, sum, add N(0, (S C)^2) per coordinate, divide by the expected batch; or a bug.
-
-    ``'key-reuse'`` returns its key unchanged (the same noise at every step), ``'scalar'`` adds one
-    normal per step to every coordinate, ``'even-steps'`` adds noise at even steps only.
-    """
-
-    def init(params):
-        del params
-        return (jax.random.key(0), jnp.zeros((), jnp.int32))
-
-    def update(grads, state, params=None, **extra):
-        del params, extra
-        key, t = state
-        norms = jax.vmap(optax.tree.norm)(grads)
-        scale = jnp.minimum(1.0, clip / jnp.maximum(norms, 1e-12))
-        summed = jax.tree.map(lambda g: jnp.tensordot(scale, g, 1), grads)
-        leaves, treedef = jax.tree.flatten(summed)
-        new_key, sub = jax.random.split(key)
-        keys = jax.random.split(sub, len(leaves))
-        if bug == "scalar":
-            xi = jax.random.normal(keys[0], ())
-            noises = [jnp.full(s.shape, xi) for s in leaves]
-        else:
-            noises = [jax.random.normal(k, s.shape) for s, k in zip(leaves, keys, strict=True)]
-        if bug == "even-steps":
-            noises = [(t % 2 == 0).astype(jnp.float32) * e for e in noises]
-        noisy = [s + noise * clip * e for s, e in zip(leaves, noises, strict=True)]
-        updates = jax.tree.unflatten(treedef, [-lr * v / expected for v in noisy])
-        return updates, (key if bug == "key-reuse" else new_key, t + 1)
-
-    return optax.GradientTransformationExtraArgs(init, update)
 
 
 def _aggregate():
@@ -92,33 +62,6 @@ CORRECT_STEPS = {
         _aggregate(), optax.sgd(optax.cosine_decay_schedule(0.5, 16))
     ),
 }
-
-
-def problem_with(step, name: str):
-    """The issue's logistic regression (63 synthetic examples, q = 1/8, T = 16) with ``step``."""
-    x, y = ta.load_data("synthetic", n=63, seed=0)
-    return ta.TrainingProblem(
-        model=ta.make_model("logreg", x.shape[1], 2, seed=0), data=(x, y), step=step,
-        sampler=ta.BatchSampler(kind="poisson", rate=0.125), steps=16,
-        canary=ta.Canary(kind="gradient", norm=4.0), noise_multiplier=1.0, l2_norm_clip=1.0,
-        name=name,
-    )  # fmt: skip
-
-
-def correct():
-    return problem_with(user_step(), "user step")
-
-
-def key_reuse():
-    return problem_with(user_step("key-reuse"), "user step [key-reuse]")
-
-
-def scalar_noise():
-    return problem_with(user_step("scalar"), "user step [scalar noise]")
-
-
-def even_steps():
-    return problem_with(user_step("even-steps"), "user step [noise at even steps]")
 
 
 def row_epsilon(row, delta: float) -> float:
@@ -195,7 +138,7 @@ def false_alarms(runs: int, repeats: int, seed: int, only=()) -> list[dict]:
     for name, make in CORRECT_STEPS.items():
         if only and name not in only:
             continue
-        problem = problem_with(make(), name)
+        problem = problem_with(make(), name=name)
         config = ta.training_audit_config(CLAIM_EPS, samples=runs)
         t0, flagged, eps = time.perf_counter(), 0, []
         for i in range(repeats):

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from cbdp_jax import InvalidParameterError
@@ -23,54 +23,16 @@ from cbdp_jax._src.statistics import binomial
 from cbdp_jax._src.statistics.bounds import family_confidence
 from cbdp_jax._src.training_release import moved_magnitudes, release_layout
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "examples"))
+from user_noise_bugs import problem, user_step  # noqa: E402  (a user's step, as a user writes it)
+
 RUNS = 1500  # runs per side of the audits here: one compiled program per problem
-
-
-def user_step(bug: str = "none", *, lr=0.5, clip=1.0, noise=1.0, expected=8.0):
-    """Clip, sum, add N(0, (noise clip)^2) per coordinate, divide by the expected batch; or a bug.
-
-    ``'key-reuse'``: the state returns its key unchanged (the same noise at every step);
-    ``'scalar'``: one normal per step broadcast over every coordinate; ``'even-steps'``: noise only
-    at even steps.
-    """
-
-    def init(params):
-        del params
-        return (jax.random.key(0), jnp.zeros((), jnp.int32))
-
-    def update(grads, state, params=None, **extra):
-        del params, extra
-        key, t = state
-        norms = jax.vmap(optax.tree.norm)(grads)
-        scale = jnp.minimum(1.0, clip / jnp.maximum(norms, 1e-12))
-        leaves, treedef = jax.tree.flatten(
-            jax.tree.map(lambda g: jnp.tensordot(scale, g, 1), grads)
-        )
-        new_key, sub = jax.random.split(key)
-        keys = jax.random.split(sub, len(leaves))
-        if bug == "scalar":
-            xi = jax.random.normal(keys[0], ())
-            noises = [jnp.full(s.shape, xi) for s in leaves]
-        else:
-            noises = [jax.random.normal(k, s.shape) for s, k in zip(leaves, keys, strict=True)]
-        if bug == "even-steps":
-            noises = [(t % 2 == 0).astype(jnp.float32) * e for e in noises]
-        noisy = [s + noise * clip * e for s, e in zip(leaves, noises, strict=True)]
-        updates = jax.tree.unflatten(treedef, [-lr * v / expected for v in noisy])
-        return updates, (key if bug == "key-reuse" else new_key, t + 1)
-
-    return optax.GradientTransformationExtraArgs(init, update)
 
 
 def problem_of(bug: str = "none", *, noise: float = 1.0, steps: int = 16):
     """The issue's setting: logistic regression, 63 synthetic examples, Poisson q = 1/8, T = 16."""
-    x, y = ta.load_data("synthetic", n=63, seed=0)
-    return ta.TrainingProblem(
-        model=ta.make_model("logreg", x.shape[1], 2, seed=0), data=(x, y),
-        step=user_step(bug, noise=noise), sampler=ta.BatchSampler(kind="poisson", rate=0.125),
-        steps=steps, canary=ta.Canary(kind="gradient", norm=4.0), noise_multiplier=max(noise, 1.0),
-        l2_norm_clip=1.0, chunk=4096, name=f"user step [{bug}]",
-    )  # fmt: skip
+    step = user_step(bug, noise=noise)
+    return problem(step, noise=noise, steps=steps, chunk=4096, name=f"user step [{bug}]")
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,11 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
 napoleon_use_ivar = True  # Attributes as fields of the class, not members described twice
-napoleon_custom_sections = [("References", "notes"), ("Assumes", "notes"), ("Raises", "params_style")]
+napoleon_custom_sections = [
+    ("References", "notes"),
+    ("Assumes", "notes"),
+    ("Raises", "params_style"),
+]
 
 # ------------------------------------------------------------------------------------------------
 # Markdown pages (MyST): heading anchors so that links to page#section resolve, and are checked.
@@ -102,9 +106,7 @@ def _escape_bars(app, what, name, obj, options, lines):
             continue
         if "|" in line:
             parts = _LITERAL.split(line)
-            lines[i] = "".join(
-                p if p.startswith("``") else p.replace("|", r"\|") for p in parts
-            )
+            lines[i] = "".join(p if p.startswith("``") else p.replace("|", r"\|") for p in parts)
         if stripped.endswith("::"):
             literal_indent = indent
 
@@ -185,11 +187,29 @@ def _resolve(app, env, node, contnode):
         )
         if ref is not None:
             return ref
+    if target.startswith("cbdp_jax."):
+        return contnode if _exists(target) else None
     if not _PRIVATE:
         _PRIVATE.update(_private_names())
-    if target in _PRIVATE or name in _PRIVATE:
-        return contnode
-    return None
+    return contnode if name in _PRIVATE else None
+
+
+def _exists(dotted: str) -> bool:
+    """Whether ``a.b.c`` names a module, or an attribute reached from one (private names included)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
 
 
 def setup(app):

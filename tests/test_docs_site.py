@@ -23,6 +23,24 @@ def test_every_public_module_has_an_api_page_in_the_toctree():
         assert name in toctree, f"docs/api/{name}.md is not in the API toctree"
 
 
+def missing_links(text: str) -> tuple[int, list[str]]:
+    """The number of relative links in a Markdown text, and those naming no file of the repository."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    return len(local), [link for link in local if not (ROOT / link).exists()]
+
+
+def test_every_link_of_the_readme_names_a_file_that_exists():
+    """The README is outside the site's build (docs/), so its links are checked here."""
+    count, missing = missing_links((ROOT / "README.md").read_text())
+    assert count >= 10 and missing == []
+    # negative control: a link to a page that is not there is reported
+    assert missing_links("[x](docs/guide/cli.md) [y](docs/guide/nowhere.md#a)") == (
+        2,
+        ["docs/guide/nowhere.md"],
+    )
+
+
 # A page that documents one small public module and refers to it; each planted error below alone must
 # fail the build that the same page without it passes.
 PAGE = """# Planted

@@ -27,7 +27,6 @@ release = cbdp_jax.__version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
-    "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "myst_parser",
 ]
@@ -70,7 +69,6 @@ napoleon_custom_sections = [
 # ------------------------------------------------------------------------------------------------
 # Markdown pages (MyST): heading anchors so that links to page#section resolve, and are checked.
 myst_heading_anchors = 3
-myst_enable_extensions = ["dollarmath"]
 # A page that skips a heading level (H1 to H3) still renders; that is not a broken reference.
 suppress_warnings = ["myst.header"]
 

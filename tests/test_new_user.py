@@ -254,7 +254,8 @@ def test_the_readme_audit_example_shows_what_the_command_prints(document):
     for line in (ln for ln in shown if ln.strip() and ln.strip() != "..."):
         assert line in printed[at:], f"{line!r} is not printed (after line {at})"
         at = printed.index(line, at) + 1
-    if document.startswith("docs"):  # the guide's first rows shown are the first printed: eps' = 0.5
+    # the guide's first rows shown are the first printed: eps' = 0.5
+    if document.startswith("docs"):
         assert shown[4] == printed[4] and " 0.5 " in shown[4]
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# CPU seconds (user + sys of the whole process), wall seconds and peak memory of the README's two
-# `cbdp audit-training` examples, two source trees alternated, two repeats (the first run of a tree
-# compiles what its program store lacks). One JSON line per process.
+# CPU seconds (user + sys of the whole process), wall seconds and peak memory of the two
+# `cbdp audit-training` examples of docs/guide/training_audit.md (formerly the README's), two source
+# trees alternated, two repeats (the first run of a tree compiles what its program store lacks). One
+# JSON line per process.
 #
 #   git worktree add /tmp/base0 0af88ae
 #   bash benchmarks/readme_training_cost.sh /tmp/base0 "$PWD" > /tmp/cost.jsonl

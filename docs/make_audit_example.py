@@ -1,11 +1,12 @@
-"""Regenerates docs/figures/audit_example (audit.json, report.png, output.txt): the README's audit example.
+"""Regenerates docs/figures/audit_example (audit.json, report.png, output.txt): the mechanism audit example.
 
 Usage (from the repository root): python docs/make_audit_example.py
 
-The README shows the command with ``--out audit_example`` (a folder of the user's); this script runs the
-same command into the committed folder, so the figure the README links is the one that command makes,
-and keeps what it printed at 80 columns in ``output.txt``: the README's shown output is that text with
-rows left out where it says ``...`` (tests/test_new_user.py checks it line by line).
+The README and docs/guide/auditing.md show the command with ``--out audit_example`` (a folder of the
+user's); this script runs the same command into the committed folder, so the figure the guide shows is
+the one that command makes, and keeps what it printed at 80 columns in ``output.txt``: the output they
+show is that text with rows left out where it says ``...`` (tests/test_new_user.py checks it line by
+line).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
-from cbdp_jax._src import estimator, keys, training  # noqa: E402
+from cbdp_jax._src import estimator_plan, keys, training  # noqa: E402
 from cbdp_jax._src.divergences import get_divergence  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig  # noqa: E402
 
@@ -39,8 +39,8 @@ def main() -> None:
     args = ap.parse_args()
     setup_device(args.device)
     config = EstimatorConfig(steps=300, ensemble=1, batch_size=2048, learning_rate=3e-3)
-    spec = estimator._as_spec("mlp", {"width": 32, "depth": 2})
-    trainer = estimator._trainer(spec, get_divergence("renyi", alpha=2.0), 1, config)
+    spec = estimator_plan._as_spec("mlp", {"width": 32, "depth": 2})
+    trainer = estimator_plan._trainer(spec, get_divergence("renyi", alpha=2.0), 1, config)
     rng = np.random.default_rng(0)
 
     def data(n: int, shift: float) -> jax.Array:

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src import keys, threads
+from cbdp_jax._src.adversary_fitting import train_ensemble
+from cbdp_jax._src.adversary_fitting_ensemble import bucket_rows, init_standardised_ensemble
 from cbdp_jax._src.core import fit_outputs
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.estimator_plan import _Problem
@@ -25,11 +27,6 @@ from cbdp_jax._src.evaluation import (
     rowwise_outputs,
 )
 from cbdp_jax._src.programs import persistent_jit
-from cbdp_jax._src.training import (
-    bucket_rows,
-    init_standardised_ensemble,
-    train_ensemble,
-)
 
 
 class _Trained(NamedTuple):

@@ -19,6 +19,7 @@ import numpy as np
 
 from cbdp_jax._src import input_maps, keys, sizes, threads
 from cbdp_jax._src.adversaries import AdversarySpec, CustomAdversary, make_adversary
+from cbdp_jax._src.adversary_fitting_ensemble import bucket_rows, pad_validation, standardisation
 from cbdp_jax._src.budget import (
     derived_fields,
     resolve_budget,
@@ -26,11 +27,6 @@ from cbdp_jax._src.budget import (
 from cbdp_jax._src.core import Trainer, cached_trainer
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.estimator_types import EstimatorConfig
-from cbdp_jax._src.training import (
-    bucket_rows,
-    pad_validation,
-    standardisation,
-)
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_int_at_least,

@@ -75,6 +75,12 @@ from cbdp_jax._src.adversaries import (
     make_adversary,
     options_for,
 )
+from cbdp_jax._src.adversary_fitting_ensemble import (
+    apply_fn,
+    early_stopping_scan,
+    shared_counts,
+    state_axes,
+)
 from cbdp_jax._src.certification import (
     GUARANTEE_CHOICES,
     bound_fields,
@@ -110,12 +116,6 @@ from cbdp_jax._src.statistics import berry_esseen, held_out, selection, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence, z_quantile
 from cbdp_jax._src.statistics.held_out import TAIL_MARGIN
-from cbdp_jax._src.training import (
-    apply_fn,
-    early_stopping_scan,
-    shared_counts,
-    state_axes,
-)
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_alpha,
@@ -459,7 +459,7 @@ def _train_batch(
 
     The core's ``step`` and ``value`` (:mod:`cbdp_jax._src.core`, the estimator's too), vmapped over the
     members with each member's order alpha and step size traced, inside
-    :func:`~cbdp_jax._src.training.early_stopping_scan`. With ``static.shared_noise`` the step's
+    :func:`~cbdp_jax._src.adversary_fitting_ensemble.early_stopping_scan`. With ``static.shared_noise`` the step's
     standard noise is drawn once, outside the vmap, and every member scales it by its own noise scale.
     """
     trainer, div = static.trainer, _divergence(static)

@@ -24,9 +24,7 @@ from cbdp_jax._src.analytic import (
     gaussian_renyi,
     laplace_renyi,
 )
-from cbdp_jax._src.validation import (
-    check_positive,
-)
+from cbdp_jax._src.validation import check_positive
 
 # --------------------------------------------------------------------------------------------------
 # Other unrestricted closed forms: TV, chi^2, squared Hellinger

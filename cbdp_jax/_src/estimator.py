@@ -56,9 +56,7 @@ from cbdp_jax._src.estimator_plan import (
     _trainer,
 )
 from cbdp_jax._src.estimator_types import EstimateResult, EstimatorConfig
-from cbdp_jax._src.evaluation import (
-    array_chunks,
-)
+from cbdp_jax._src.evaluation import array_chunks
 from cbdp_jax._src.io import environment_info
 from cbdp_jax._src.objectives import kl_domain_reduction
 from cbdp_jax._src.programs import served

@@ -21,9 +21,7 @@ from cbdp_jax._src.budget import (
     check_auto_int,
 )
 from cbdp_jax._src.io import to_json
-from cbdp_jax._src.statistics.held_out import (
-    TAIL_MARGIN,
-)
+from cbdp_jax._src.statistics.held_out import TAIL_MARGIN
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,

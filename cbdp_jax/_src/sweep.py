@@ -66,9 +66,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from cbdp_jax._src.adversaries import (
-    AdversarySpec,
-)
+from cbdp_jax._src.adversaries import AdversarySpec
 from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax._src.sweep_certify import _batch_rows, _evaluate_batch
 from cbdp_jax._src.sweep_plan import (

@@ -17,9 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from cbdp_jax._src.adversaries import (
-    AdversarySpec,
-)
+from cbdp_jax._src.adversaries import AdversarySpec
 from cbdp_jax._src.certification import (
     bound_fields,
     cap_for,

@@ -24,9 +24,7 @@ from cbdp_jax._src.adversary_fitting_ensemble import (
     shared_counts,
     state_axes,
 )
-from cbdp_jax._src.certification import (
-    shrink_for_tails_traced,
-)
+from cbdp_jax._src.certification import shrink_for_tails_traced
 from cbdp_jax._src.core import (
     Trainer,
     TrainState,

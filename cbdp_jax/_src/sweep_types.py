@@ -15,18 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.adversaries import (
-    AdversarySpec,
-)
-from cbdp_jax._src.adversary_fitting_ensemble import (
-    apply_fn,
-)
-from cbdp_jax._src.certification import (
-    GUARANTEE_CHOICES,
-)
-from cbdp_jax._src.core import (
-    Trainer,
-)
+from cbdp_jax._src.adversaries import AdversarySpec
+from cbdp_jax._src.adversary_fitting_ensemble import apply_fn
+from cbdp_jax._src.certification import GUARANTEE_CHOICES
+from cbdp_jax._src.core import Trainer
 from cbdp_jax._src.mechanisms import (
     GaussianMechanism,
     LaplaceMechanism,

@@ -22,9 +22,6 @@ from flax import nnx
 from cbdp_jax._src.core import Trainer, TrainState, set_learning_rate
 from cbdp_jax._src.programs import persistent_jit
 
-# Incremented each time the training function is traced: tests use it to prove that a second call with
-# the same shapes does not recompile.
-
 
 class TrainTrace(NamedTuple):
     """Training curves, one entry per evaluation block.

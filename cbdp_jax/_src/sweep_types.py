@@ -42,11 +42,6 @@ MEMBER_AXIS = "members"
 FIT_INDEX = 2**32 - 1
 
 
-# Incremented each time a sweep program is traced: tests use it to prove that a second call with the
-# same shapes does not recompile. ``init`` counts the (tiny) initialisation program, compiled once per
-# adversary class.
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SweepConfig:
     """How every member of a sweep is trained and evaluated. Frozen and hashable.

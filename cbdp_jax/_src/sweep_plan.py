@@ -42,13 +42,13 @@ from cbdp_jax._src.mechanisms import (
     Mechanism,
 )
 from cbdp_jax._src.objectives import kl_domain_reduction
-from cbdp_jax._src.sweep_programs import _divergence
 from cbdp_jax._src.sweep_types import (
     MEMBER_AXIS,
     SWEEP_DIVERGENCES,
     Member,
     MemberInputs,
     SweepConfig,
+    _divergence,
     _Static,
 )
 from cbdp_jax._src.validation import (

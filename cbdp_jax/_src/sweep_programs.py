@@ -32,26 +32,19 @@ from cbdp_jax._src.core import (
     set_learning_rate,
 )
 from cbdp_jax._src.core import fit as core_fit
-from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.mechanisms import (
     canonical_pair_from_uniforms,
     pair_uniforms,
 )
 from cbdp_jax._src.statistics import berry_esseen, selection, tails
 from cbdp_jax._src.statistics import moments as mom
-from cbdp_jax._src.sweep_types import FIT_INDEX, MemberInputs, MemberTraining, _Static
-
-# --------------------------------------------------------------------------------------------------
-# The divergence (each member's order is traced)
-# --------------------------------------------------------------------------------------------------
-
-
-def _divergence(static: _Static) -> Divergence:
-    """The group's divergence; its order is a placeholder (each member passes its own, traced)."""
-    return Divergence(
-        static.divergence, 2.0 if static.divergence != "kl" else None, static.convention
-    )
-
+from cbdp_jax._src.sweep_types import (
+    FIT_INDEX,
+    MemberInputs,
+    MemberTraining,
+    _divergence,
+    _Static,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Per-member programs

@@ -19,6 +19,7 @@ from cbdp_jax._src.adversaries import AdversarySpec
 from cbdp_jax._src.adversary_fitting_ensemble import apply_fn
 from cbdp_jax._src.certification import GUARANTEE_CHOICES
 from cbdp_jax._src.core import Trainer
+from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.mechanisms import (
     GaussianMechanism,
     LaplaceMechanism,
@@ -175,6 +176,18 @@ class _Static(NamedTuple):
     val_samples: int
     shared_noise: bool
     tail_need: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# The divergence of a group (each member's order is traced)
+# --------------------------------------------------------------------------------------------------
+
+
+def _divergence(static: _Static) -> Divergence:
+    """The group's divergence; its order is a placeholder (each member passes its own, traced)."""
+    return Divergence(
+        static.divergence, 2.0 if static.divergence != "kl" else None, static.convention
+    )
 
 
 class MemberInputs(NamedTuple):

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
-from cbdp_jax._src import estimator, keys, training  # noqa: E402
+from cbdp_jax._src import adversary_fitting, adversary_fitting_ensemble, estimator_plan, keys  # noqa: E402
 from cbdp_jax._src.divergences import get_divergence  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig  # noqa: E402
 
@@ -39,8 +39,8 @@ def main() -> None:
     args = ap.parse_args()
     setup_device(args.device)
     config = EstimatorConfig(steps=300, ensemble=1, batch_size=2048, learning_rate=3e-3)
-    spec = estimator._as_spec("mlp", {"width": 32, "depth": 2})
-    trainer = estimator._trainer(spec, get_divergence("renyi", alpha=2.0), 1, config)
+    spec = estimator_plan._as_spec("mlp", {"width": 32, "depth": 2})
+    trainer = estimator_plan._trainer(spec, get_divergence("renyi", alpha=2.0), 1, config)
     rng = np.random.default_rng(0)
 
     def data(n: int, shift: float) -> jax.Array:
@@ -49,7 +49,7 @@ def main() -> None:
     tp, tq, vp, vq = data(44_444, 0.0), data(44_444, 0.5), data(11_111, 0.0), data(11_111, 0.5)
     view_keys = keys.split(jax.random.key(0), num=args.views)
     states = [
-        training.init_ensemble(keys.split_array(view_keys[i], num=1), trainer, (tp[i], tq[i]),
+        adversary_fitting_ensemble.init_ensemble(keys.split_array(view_keys[i], num=1), trainer, (tp[i], tq[i]),
                                learning_rate=config.learning_rate)
         for i in range(args.views)
     ]  # fmt: skip
@@ -60,12 +60,14 @@ def main() -> None:
 
     def separate():
         return [
-            training._train_jit(view_keys[i], states[i], tp[i], tq[i], vp[i], vq[i], **static)
+            adversary_fitting._train_jit(
+                view_keys[i], states[i], tp[i], tq[i], vp[i], vq[i], **static
+            )
             for i in range(args.views)
         ]
 
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
-    one_program = jax.jit(jax.vmap(functools.partial(training._train_body, **static)))
+    one_program = jax.jit(jax.vmap(functools.partial(adversary_fitting._train_body, **static)))
 
     def vmapped():
         return one_program(jnp.stack(list(view_keys)), stacked, tp, tq, vp, vq)

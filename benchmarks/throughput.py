@@ -1,6 +1,6 @@
 """Training throughput: one vmapped program over an ensemble versus a Python loop over its members.
 
-Both sides run the SAME compiled sweep training program (cbdp_jax._src.sweep._train_program: fresh
+Both sides run the SAME compiled sweep training program (cbdp_jax._src.sweep_programs._train_program: fresh
 Laplace minibatches drawn inside a lax.scan, Adam, early stopping on a validation sample); the vmapped
 side calls it once with all M members, the loop side calls the same program compiled for one member M
 times (inputs pre-sliced; all calls dispatched, then one block_until_ready). The results are the same
@@ -30,7 +30,7 @@ import _common  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from cbdp_jax._src import sweep as S  # noqa: E402
+from cbdp_jax._src import sweep_plan, sweep_programs, sweep_types  # noqa: E402
 from cbdp_jax._src.evaluation import z_quantile  # noqa: E402
 from cbdp_jax.mechanisms import LaplaceMechanism  # noqa: E402
 
@@ -52,7 +52,7 @@ def prepare(
 ) -> dict[str, Any]:
     """Inputs and initial parameters of ``ensemble`` members of one class (one sweep group)."""
     options = {} if width is None else {"width": width, "depth": depth}
-    config = S.SweepConfig(
+    config = sweep_types.SweepConfig(
         steps=steps,
         eval_every=eval_every or steps,
         batch_size=batch,
@@ -60,7 +60,7 @@ def prepare(
         shared_noise=shared_noise,
     )
     key = jax.random.key(0)
-    plan = S._plan(
+    plan = sweep_plan._plan(
         key,
         [LaplaceMechanism(epsilon=1.0)],
         adversaries=adversary,
@@ -73,11 +73,13 @@ def prepare(
         adversary_options=options,
     )
     (group,) = plan.groups
-    inputs = jax.tree.map(jax.numpy.asarray, S._member_arrays(plan, group.members, key))
+    inputs = jax.tree.map(jax.numpy.asarray, sweep_plan._member_arrays(plan, group.members, key))
     noise = jax.numpy.asarray(jax.random.key_data(jax.random.key(1)))
     z = jax.numpy.asarray(z_quantile(config.confidence), jax.numpy.float32)
-    trainer = S._spec_trainer(group.specs[0], group.static)
-    state = S._init_program(inputs, trainer=trainer, static=S._model_static(group.static))
+    trainer = sweep_plan._spec_trainer(group.specs[0], group.static)
+    state = sweep_programs._init_program(
+        inputs, trainer=trainer, static=sweep_plan._model_static(group.static)
+    )
     return {"static": group.static, "args": (inputs, state, noise, z)}
 
 
@@ -105,7 +107,7 @@ def measure(
     )
     static, args = prep["static"], prep["args"]
     t0 = time.perf_counter()
-    vmapped = S._train_program.lower(*args, static=static).compile()
+    vmapped = sweep_programs._train_program.lower(*args, static=static).compile()
     vmap_compile = time.perf_counter() - t0
     _common.block(vmapped(*args))
 
@@ -114,7 +116,7 @@ def measure(
 
     singles = _common.block([one(i) for i in range(ensemble)])
     t0 = time.perf_counter()
-    single = S._train_program.lower(*singles[0], static=static).compile()
+    single = sweep_programs._train_program.lower(*singles[0], static=static).compile()
     loop_compile = time.perf_counter() - t0
     _common.block(single(*singles[0]))
     # Interleaved repeats, best of each: both sides see the same background load.

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import sizes, training
+from cbdp_jax._src import adversary_fitting, adversary_fitting_ensemble, sizes
 from cbdp_jax._src.core import trainer
 from cbdp_jax.adversaries import AdversarySpec
 from cbdp_jax.divergences import Divergence
@@ -96,8 +96,8 @@ def _small_training(seconds: float, progress=None, cancelled=None, patience=None
     rng = np.random.default_rng(1)
     xp = jnp.asarray(rng.laplace(0, 1, (3000, 1)), jnp.float32)
     xq = jnp.asarray(rng.laplace(1, 1, (3000, 1)), jnp.float32)
-    state = training.init_ensemble(jax.random.split(jax.random.key(0), 2), t, xp)
-    return training.train_ensemble(
+    state = adversary_fitting_ensemble.init_ensemble(jax.random.split(jax.random.key(0), 2), t, xp)
+    return adversary_fitting.train_ensemble(
         jax.random.key(1), t, state, val_p=xp[:500], val_q=xq[:500], train_p=xp, train_q=xq,
         steps=60, eval_every=7, batch_size=128, progress=progress, patience=patience,
         segment_seconds=seconds, cancelled=cancelled,

@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import evaluation, training
+from cbdp_jax._src import adversary_fitting, adversary_fitting_ensemble, evaluation
 from cbdp_jax.adversaries import AdversarySpec, ClassProperties, CustomAdversary
 from cbdp_jax.core import fit, trainer
 from cbdp_jax.divergences import Divergence
@@ -117,8 +117,10 @@ def test_lbfgs_refuses_minibatches_and_runs_full_batch():
     with pytest.raises(InvalidParameterError, match="optimizer='lbfgs' is invalid"):
         t = trainer(AdversarySpec(name="linear"), Divergence.kl(), dim=1, optimizer="lbfgs")
         x = jnp.asarray(p[:, None], jnp.float32)
-        state = training.init_ensemble(jax.random.split(jax.random.key(0), 2), t, x)
-        training.train_ensemble(
+        state = adversary_fitting_ensemble.init_ensemble(
+            jax.random.split(jax.random.key(0), 2), t, x
+        )
+        adversary_fitting.train_ensemble(
             jax.random.key(0), t, state, val_p=x, val_q=x, train_p=x, train_q=x, batch_size=256
         )
     res = estimate_from_samples(
@@ -136,7 +138,7 @@ def test_a_second_fresh_sample_estimate_with_the_same_shapes_does_not_retrace(ma
         samples=4000, test_samples=4000, fresh_samples=True, adversary="linear", config=cfg
     )
     estimate(jax.random.key(5), LaplaceMechanism(epsilon=1.0), **kwargs)
-    max_traces(training, "_train_body", 0)
+    max_traces(adversary_fitting, "_train_body", 0)
     max_traces(evaluation, "_chunk_body", 0)
     # A new key and a new epsilon: the same compiled programs (the noise scale is not a shape).
     estimate(jax.random.key(6), LaplaceMechanism(epsilon=1.0), **kwargs)

@@ -196,12 +196,12 @@ def test_both_directions_and_bonferroni_bound():
 
 
 def test_second_call_with_same_shapes_does_not_recompile(max_traces):
-    from cbdp_jax._src import evaluation, training
+    from cbdp_jax._src import adversary_fitting, evaluation
 
     p, q = _laplace_samples(11, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
     estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
-    max_traces(training, "_train_body", 0)
+    max_traces(adversary_fitting, "_train_body", 0)
     max_traces(evaluation, "_chunk_body", 0)
     estimate_from_samples(jax.random.key(1), p + 0.1, q, adversary="linear", config=cfg)
 
@@ -209,24 +209,24 @@ def test_second_call_with_same_shapes_does_not_recompile(max_traces):
 def test_a_new_step_count_or_sample_size_does_not_retrace_the_training(max_traces):
     """The step count, the evaluation interval and the patience are run-time bounds of one training
     program, and the training arrays are padded to a bucket: none of them retraces it."""
-    from cbdp_jax._src import training
+    from cbdp_jax._src import adversary_fitting
 
     p, q = _laplace_samples(13, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
     estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
-    max_traces(training, "_train_body", 0)
+    max_traces(adversary_fitting, "_train_body", 0)
     other = dataclasses.replace(cfg, steps=300, eval_every=30, patience=3)
     estimate_from_samples(jax.random.key(1), p, q, adversary="linear", config=other)
 
 
 def test_the_trace_guard_catches_a_retrace(max_traces):
     """Negative control: a new minibatch size (a shape) retraces, and the guard above says so."""
-    from cbdp_jax._src import training
+    from cbdp_jax._src import adversary_fitting
 
     p, q = _laplace_samples(13, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
     estimate_from_samples(jax.random.key(0), p, q, adversary="linear", config=cfg)
-    max_traces(training, "_train_body", 0)
+    max_traces(adversary_fitting, "_train_body", 0)
     with pytest.raises(AssertionError, match="traced > 0 times"):
         estimate_from_samples(
             jax.random.key(1), p, q, adversary="linear",

@@ -311,10 +311,11 @@ def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_
     three in full. The screen's blocks run at a minibatch of at most ``_SCREEN_BATCH`` per side, the
     full training at the configured one."""
     from cbdp_jax._src import estimator as est
+    from cbdp_jax._src import estimator_fit as fit
 
     p, q = _atoms_beside_cauchy(5, 4000)
     trained_maps: list[str] = []
-    train, run_ensemble = est._train, est._run_ensemble
+    train, run_ensemble = est._train, fit._run_ensemble
     runs: list[tuple[str, int, int]] = []
 
     def spy(key, prob, z):
@@ -326,12 +327,12 @@ def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_
         return run_ensemble(*args, steps=steps, batch_size=batch_size, **kw)
 
     monkeypatch.setattr(est, "_train", spy)
-    monkeypatch.setattr(est, "_run_ensemble", spy_runs)
+    monkeypatch.setattr(fit, "_run_ensemble", spy_runs)
     kw = dict(adversary="mlp", width=16, depth=2, divergence="renyi", alpha=2.0)
-    cfg = dataclasses.replace(SMALL, steps=150, input_map="auto", batch_size=2 * est._SCREEN_BATCH)
+    cfg = dataclasses.replace(SMALL, steps=150, input_map="auto", batch_size=2 * fit._SCREEN_BATCH)
     raced = estimate_from_samples(jax.random.key(3), p, q, config=cfg, **kw)
     assert trained_maps == [raced.input_map] == ["rank"], trained_maps
-    screen_batch, full_batch = est._SCREEN_BATCH, cfg.batch_size
+    screen_batch, full_batch = fit._SCREEN_BATCH, cfg.batch_size
     assert runs == [
         ("standard", 50, screen_batch), ("robust", 50, screen_batch), ("rank", 50, screen_batch),
         ("rank", 150, full_batch),

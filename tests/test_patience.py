@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import training
+from cbdp_jax._src import adversary_fitting_ensemble
 from cbdp_jax._src.core import TrainState
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
 
@@ -30,7 +30,9 @@ def _toy(peaks):
 def _run(peaks, patience):
     step, validate, state, blocks = _toy(peaks)
     return jax.jit(
-        lambda s: training.early_stopping_scan(step, validate, s, blocks, patience=patience)
+        lambda s: adversary_fitting_ensemble.early_stopping_scan(
+            step, validate, s, blocks, patience=patience
+        )
     )(state)
 
 

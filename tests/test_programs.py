@@ -181,7 +181,7 @@ def test_fingerprints_are_values_never_addresses():
 @pytest.mark.slow
 @pytest.mark.ci
 def test_an_estimate_from_stored_programs_equals_one_traced(store, max_traces, monkeypatch):
-    from cbdp_jax._src import evaluation, training
+    from cbdp_jax._src import adversary_fitting, evaluation
 
     cfg = EstimatorConfig(steps=100, ensemble=2, batch_size=512, eval_chunk=4096)
 
@@ -195,7 +195,7 @@ def test_an_estimate_from_stored_programs_equals_one_traced(store, max_traces, m
     first = run()  # compiled afresh (JAX's persistent cache set aside) and stored
     assert len(_files(store)) >= 5
     programs._MEMORY.clear()  # as a new process
-    max_traces(training, "_train_body", 0)
+    max_traces(adversary_fitting, "_train_body", 0)
     max_traces(evaluation, "_chunk_body", 0)
     assert run() == first  # bit-identical, and nothing traced
     monkeypatch.setenv("CBDP_JAX_PROGRAM_CACHE", "0")

@@ -16,7 +16,7 @@ call inside their own ``jax.jit`` / ``jax.vmap`` / ``lax.scan``; the key comes f
 ``GradientTransformation`` (Adam with gradient clipping by default; its learning rate lives in the
 optimiser state, so a new step size never recompiles). The estimator runs these functions vmapped over
 its ensemble, the sweep vmapped and sharded over its members; both use
-:func:`~cbdp_jax._src.training.early_stopping_scan` around ``step`` and ``value``. The training forms
+:func:`~cbdp_jax._src.adversary_fitting_ensemble.early_stopping_scan` around ``step`` and ``value``. The training forms
 (Donsker-Varadhan for KL on translation-invariant classes, the scale-free Renyi form on cones) are
 chosen from the class's properties: docs/theory/objectives.md.
 """
@@ -143,7 +143,7 @@ def default_optimizer(learning_rate: float = 1e-2) -> optax.GradientTransformati
     """Adam with global-norm gradient clipping; the step size lives in the state.
 
     With b1, b2 fixed the bias corrections depend on the step count alone, which an ensemble shares
-    (``training.state_axes``), so they are computed once per ensemble step.
+    (``adversary_fitting_ensemble.state_axes``), so they are computed once per ensemble step.
     """
     return optax.chain(
         optax.clip_by_global_norm(GRADIENT_CLIP),
@@ -502,7 +502,7 @@ def cached_trainer(
     the same class, divergence and optimiser.
 
     The default optimiser keeps its step size in the state, so the learning rate is not part of the
-    key (set it with :func:`set_learning_rate` or :func:`~cbdp_jax._src.training.init_ensemble`).
+    key (set it with :func:`set_learning_rate` or :func:`~cbdp_jax._src.adversary_fitting_ensemble.init_ensemble`).
     """
     return trainer(
         adversary,

@@ -29,13 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src import threads
+from cbdp_jax._src.adversary_fitting_ensemble import apply_fn
 from cbdp_jax._src.core import outputs_of
 from cbdp_jax._src.divergences import Divergence
 from cbdp_jax._src.programs import persistent_jit
 from cbdp_jax._src.statistics import berry_esseen, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 from cbdp_jax._src.statistics.bounds import z_quantile
-from cbdp_jax._src.training import apply_fn
 
 __all__ = [
     "EVAL_ROWS",

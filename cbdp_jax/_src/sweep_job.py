@@ -57,7 +57,7 @@ class SweepJob:
       alphas: The orders (None for KL).
       seeds: Seeds per grid point (``range(seeds)``).
       seed: The PRNG seed of the whole sweep (``jax.random.key(seed)``).
-      config: Fields of :class:`~cbdp_jax._src.sweep.SweepConfig`.
+      config: Fields of :class:`~cbdp_jax._src.sweep_types.SweepConfig`.
       max_batch: Most members per compiled call.
 
     """
@@ -75,7 +75,7 @@ class SweepJob:
     max_batch: int = 256
 
     def __post_init__(self):
-        from cbdp_jax._src.sweep import SweepConfig
+        from cbdp_jax._src.sweep_types import SweepConfig
 
         check_choice("family", self.family, FAMILIES)
         if not self.params:

@@ -56,7 +56,7 @@ CASES = ("worst-case:crafted", "average-case:crafted", "average-case:default")
 
 def gdp_epsilon(mu: float, delta: float) -> float:
     """eps at ``delta`` of mu-GDP (Dong, Roth, Su 2022, Cor. 2.13), by bisection (0 if mu <= 0)."""
-    from cbdp_jax._src.audit import gdp_delta
+    from cbdp_jax._src.audit_epsilon import gdp_delta
 
     if not mu > 0:
         return 0.0

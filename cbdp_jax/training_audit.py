@@ -16,9 +16,9 @@ Examples:
 
 from cbdp_jax._src.accounting import RELATIONS as RELATIONS
 from cbdp_jax._src.accounting import dpsgd_noise as dpsgd_noise
-from cbdp_jax._src.audit import BlindSpot as BlindSpot
-from cbdp_jax._src.audit import Defect as Defect
 from cbdp_jax._src.audit_io import AuditRefusedError as AuditRefusedError
+from cbdp_jax._src.audit_results import BlindSpot as BlindSpot
+from cbdp_jax._src.audit_results import Defect as Defect
 from cbdp_jax._src.batch_sampling import SAMPLERS as SAMPLERS
 from cbdp_jax._src.batch_sampling import BatchSampler as BatchSampler
 from cbdp_jax._src.class_curve import ADVERSARIES as ADVERSARIES

@@ -12,7 +12,7 @@ import pytest
 
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import audit as au
-from cbdp_jax._src import audit as audit_src
+from cbdp_jax._src import audit_certify, audit_verdict
 
 
 def _gauss(key, d, n):
@@ -100,9 +100,9 @@ def test_the_audited_architecture_is_the_claims(monkeypatch):
     monkeypatch.setattr(est, "estimate_from_samples", fake)
     x = np.zeros((200, 1))
     claim = au.parse_claim("capacity:mlp(64x3):kl:0.05")
-    rows, _ = audit_src._estimator_rows(jax.random.key(0), x, x, claim, au.AuditConfig())
+    rows, _ = audit_certify._estimator_rows(jax.random.key(0), x, x, claim, au.AuditConfig())
     assert seen and all(s == {"adversary": "mlp", "width": 64, "depth": 3} for s in seen)
-    verdict = audit_src._verdict(rows, claim, 2, au.AuditConfig(), 100)
+    verdict = audit_verdict._verdict(rows, claim, 2, au.AuditConfig(), 100)
     assert (
         verdict[0] and verdict[4] == "asymptotic" and "rests on an asymptotic bound" in verdict[1]
     )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cbdp_jax import exact
-from cbdp_jax._src import certification
+from cbdp_jax._src import certification, certification_choice, certification_support
 from cbdp_jax._src.divergences import get_divergence
 from cbdp_jax._src.statistics import held_out
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
@@ -421,7 +421,9 @@ def test_a_critic_with_enormous_outputs_still_gets_a_valid_finite_sample_support
     lo_b, hi_b = 0.25 * 1e7, 4.0 * 2e7
     grid = list(np.geomspace(lo_b, hi_b, 32))
     # Negative control: the grid alone has no usable candidate.
-    assert certification._best_bound(div, h_p, h_q, grid, 100_000, 0.95, "auto", False) is None
+    assert (
+        certification_choice._best_bound(div, h_p, h_q, grid, 100_000, 0.95, "auto", False) is None
+    )
     b, method, (lo, hi) = certification.choose_bound(div, h_p, h_q, n_test=100_000, confidence=0.95)
     assert 0 < b <= certification.largest_finite_bound(div) and math.isfinite(lo + hi)
     z = b * np.tanh(h_p / b) - np.exp(b * np.tanh(h_q / b) - 1.0)
@@ -482,7 +484,7 @@ def _predictions_one_at_a_time(div, h_p, h_q, candidates, n_test, confidence):
         hb_p, hb_q = b * np.tanh(h_p / b), b * np.tanh(h_q / b)
         with np.errstate(all="ignore"):
             t_q = np.asarray(
-                certification._conjugate_program(np.asarray(hb_q), div=div), np.float64
+                certification_support._conjugate_program(np.asarray(hb_q), div=div), np.float64
             )
         value, m = certification.predicted_bound(hb_p - t_q, lo, hi, n_test, confidence)
         if math.isfinite(value):
@@ -502,7 +504,7 @@ def test_scoring_every_candidate_b_at_once_gives_each_one_at_a_time_prediction(
     # The candidates' terms and moments are rows of one array (or of groups of rows when the
     # validation sample is large: rows_budget = 3000 forces one row per group). Every prediction
     # must be the one-at-a-time prediction bit for bit, and so the chosen B, method and support.
-    monkeypatch.setattr(certification, "_ROWS_BUDGET", rows_budget)
+    monkeypatch.setattr(certification_choice, "_ROWS_BUDGET", rows_budget)
     div = get_divergence(name, **({"alpha": alpha} if alpha else {}))
     rng = np.random.default_rng(7)
     h_p, h_q = rng.laplace(0.3, scale, 2001), rng.laplace(0.0, scale, 2001)
@@ -514,12 +516,14 @@ def test_scoring_every_candidate_b_at_once_gives_each_one_at_a_time_prediction(
     assert len(want) >= 4  # not a vacuous comparison: several candidates are scored
     los, his = certification.supports(div, np.asarray(candidates, np.float64))
     usable = [k for k in range(len(candidates)) if np.isfinite(los[k]) and np.isfinite(his[k])]
-    got = certification._predictions(
+    got = certification_choice._predictions(
         div, h_p, h_q, [(candidates[k], los[k], his[k], 1.0) for k in usable], 5000, 0.95, False
     )
     assert [(usable[i], value, m) for i, value, m in got] == want
     k, _, m = max(want, key=lambda c: c[1])  # the first of equal maxima, as the plan's search
-    assert certification._best_bound(div, h_p, h_q, candidates, 5000, 0.95, "auto", False) == (
+    assert certification_choice._best_bound(
+        div, h_p, h_q, candidates, 5000, 0.95, "auto", False
+    ) == (
         candidates[k],
         m,
         certification.support(div, candidates[k]),
@@ -536,11 +540,11 @@ def test_conjugate_terms_padded_to_a_bucket_equal_the_unpadded_program(n):
         with np.errstate(all="ignore"):
             want = np.stack(
                 [
-                    np.asarray(certification._conjugate_program(row, div=div), np.float64)
+                    np.asarray(certification_support._conjugate_program(row, div=div), np.float64)
                     for row in h
                 ]
             )
-        np.testing.assert_array_equal(certification._conjugate_host(div, h), want)
+        np.testing.assert_array_equal(certification_support._conjugate_host(div, h), want)
 
 
 @pytest.mark.parametrize(
@@ -560,9 +564,9 @@ def test_every_multiplier_scored_at_once_gives_what_each_alone_gives(name, alpha
     scores = []
     for t, (b, m, sup, score) in zip(ts, got, strict=True):
         tp, tq = t * h_p[:1499], t * h_q
-        candidates = certification._b_grid(div, tp, tq, grid)
+        candidates = certification_choice._b_grid(div, tp, tq, grid)
         assert len(candidates) <= grid
-        want = certification._best_bound(div, tp, tq, candidates, 8000, 0.95, "auto", False)
+        want = certification_choice._best_bound(div, tp, tq, candidates, 8000, 0.95, "auto", False)
         if grid == 32:
             assert want == certification.choose_bound(div, tp, tq, n_test=8000, confidence=0.95)
         assert (b, m, sup) == want
@@ -606,6 +610,8 @@ def test_float64_conjugate_padded_to_a_bucket_equals_the_unpadded_program(shape)
     for name, alpha in (("kl", None), ("renyi", 2.0)):
         div = get_divergence(name, **({"alpha": alpha} if alpha else {}))
         with jax.enable_x64(True), np.errstate(all="ignore"):
-            want = np.asarray(certification._conjugate_program(jax.numpy.asarray(s), div=div))
+            want = np.asarray(
+                certification_support._conjugate_program(jax.numpy.asarray(s), div=div)
+            )
         assert want.dtype == np.float64
-        np.testing.assert_array_equal(certification._conj64(div, s), want)
+        np.testing.assert_array_equal(certification_support._conj64(div, s), want)

@@ -19,9 +19,9 @@ import pytest
 
 from cbdp_jax import analytic, exact
 from cbdp_jax import audit as au
-from cbdp_jax._src import audit as audit_src
-from cbdp_jax._src import certification
-from cbdp_jax._src.audit import Claim, _estimator_row
+from cbdp_jax._src import audit_epsilon, audit_verdict, certification
+from cbdp_jax._src.audit_certify import _estimator_row
+from cbdp_jax._src.audit_claims import Claim
 from cbdp_jax._src.divergences import get_divergence
 from cbdp_jax._src.statistics import bounds, held_out
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
@@ -312,7 +312,7 @@ def test_empirical_epsilon_is_the_largest_eps_the_certified_curve_refutes():
         claim = Claim("approx", e, 0.0)
         assert any(lo > claim.claimed_delta(g) for g, lo in emp.curve) is refuted
     # The refuted GDP mu: its delta at the row that refutes it equals that row's bound.
-    g, lo = max(emp.curve, key=lambda c: audit_src._refuted_mu(*c))
+    g, lo = max(emp.curve, key=lambda c: audit_epsilon._refuted_mu(*c))
     assert au.gdp_delta(emp.gdp_mu, g) == pytest.approx(lo, abs=1e-9)
     # Negative control: nothing certified above delta refutes nothing.
     assert au.empirical_epsilon(rows[3:], 0.0, 0.95).epsilon == 0.0
@@ -354,7 +354,9 @@ def test_cli_audit_exit_status_tells_a_script_whether_a_violation_was_certified(
 
 def test_bound_kinds_and_levels_are_consistent_with_the_statistics_module():
     # The z of the detectable-violation sentence is the family's Bonferroni quantile.
-    assert audit_src._detectable(1.0, 100, 0.95, 1) == pytest.approx(bounds.z_quantile(0.95) / 10)
+    assert audit_verdict._detectable(1.0, 100, 0.95, 1) == pytest.approx(
+        bounds.z_quantile(0.95) / 10
+    )
 
 
 @pytest.mark.slow

@@ -111,7 +111,7 @@ def _result(rows, pair, violation=False, verdict="no violation certified at 95%.
 
 
 def _row(critic, lower, claimed=0.0, violation=False, note=""):
-    from cbdp_jax._src.audit import Row
+    from cbdp_jax.audit import Row
 
     return Row(critic, "P||Q", 1.0, claimed, lower, lower, 0.01, violation, note=note)
 

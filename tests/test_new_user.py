@@ -283,10 +283,11 @@ def test_claims_wrap_after_a_comma_never_inside_a_token():
 
 
 def test_the_verdict_says_none_where_the_table_does():
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
+    from cbdp_jax._src.audit_verdict import _verdict
 
     rows = [au.Row("halfspace", "P||Q", 0.25, 0.4479, 0.01, -0.007884, 0.1, False)]
-    _, text, *_ = au._verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
+    _, text, *_ = _verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
     assert (
         "the strongest certified bound is none (every certified lower bound is at or below 0)"
         in text
@@ -294,7 +295,7 @@ def test_the_verdict_says_none_where_the_table_does():
     assert "-0.007884" not in text
     # Negative control: a positive bound is printed as a number
     rows = [rows[0]._replace(lower_bound=0.362)]
-    _, text, *_ = au._verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
+    _, text, *_ = _verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
     assert "the strongest certified bound is 0.362 (halfspace P||Q)" in text
 
 
@@ -302,7 +303,7 @@ def test_grid_values_are_clean_in_the_json():
     import jax
     import jax.numpy as jnp
 
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
 
     eps = 3.7  # 3.7 * (1 / 3.7) is 0.9999999999999999 in float64
     assert eps * (1.0 / eps) != 1.0
@@ -327,7 +328,7 @@ def test_the_linear_class_names_its_family_whichever_member_wins():
 
 
 def test_a_dpsgd_claims_bad_value_is_named():
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
     from cbdp_jax._src.validation import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match=r"noise='abc' must be a number"):
@@ -342,7 +343,7 @@ def test_a_training_audit_says_what_d_and_d_prime_are(tmp_path):
     import io
     from contextlib import redirect_stdout
 
-    from cbdp_jax._src.audit import Row
+    from cbdp_jax.audit import Row
     from cbdp_jax.cli.audit_training import _emit_training_audit, _pair_text
 
     problem = SimpleNamespace(name="dp-sgd logreg/synthetic, poisson", sampling_rate=0.125)
@@ -368,7 +369,7 @@ def test_the_reports_title_is_wrapped_inside_the_page(tmp_path):
 
     matplotlib.use("Agg")
     from cbdp_jax._src import audit_report
-    from cbdp_jax._src.audit import Row
+    from cbdp_jax.audit import Row
 
     rows = [Row("halfspace", "P||Q", g, 0.1, 0.05, 0.04, 0.01, False) for g in (0.25, 1.0)]
     result = SimpleNamespace(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cbdp_jax._src import audit as A
+from cbdp_jax._src import audit_certify, audit_claims, audit_config, audit_epsilon
 from cbdp_jax._src import hockey_stick as hs
 from cbdp_jax._src.statistics import binomial
 
@@ -107,26 +107,26 @@ def test_tail_epsilon_and_tradeoff_mu_refute_what_the_set_shows():
     # P(S) >= 0.02, Q(S) <= 0.001: (eps, 1e-5)-DP needs e^eps >= (0.02 - 1e-5) / 0.001
     assert hs.tail_epsilon(0.02, 0.001, 1e-5) == pytest.approx(math.log(19.99))
     assert hs.tail_epsilon(1e-6, 1e-9, 1e-5) == 0.0
-    assert A._tradeoff_mu(0.5, stats.norm.sf(1.0)) == pytest.approx(1.0)
-    assert A._tradeoff_mu(0.0, 0.1) == 0.0
+    assert audit_epsilon._tradeoff_mu(0.5, stats.norm.sf(1.0)) == pytest.approx(1.0)
+    assert audit_epsilon._tradeoff_mu(0.0, 0.1) == 0.0
 
 
 def _gaussian_audit(seed: int, n: int, mu: float, confidence: float):
-    claim = A.parse_claim("approx:4:1e-5")
-    config = A.AuditConfig(
+    claim = audit_claims.parse_claim("approx:4:1e-5")
+    config = audit_config.AuditConfig(
         samples=n, classes=("halfspace", "histogram"), eps_grid=(0.25, 0.5, 1.0),
         confidence=confidence, tail_bounds=True,
     )  # fmt: skip
     rng = np.random.default_rng(seed)
     xp, xq = rng.normal(mu, 1.0, (n, 1)), rng.normal(0.0, 1.0, (n, 1))
-    rows, family = A._hockey_rows(jax.random.key(seed), xp, xq, claim, config)
-    return rows, family, A.empirical_epsilon(rows, claim.delta, confidence)
+    rows, family = audit_certify._hockey_rows(jax.random.key(seed), xp, xq, claim, config)
+    return rows, family, audit_epsilon.empirical_epsilon(rows, claim.delta, confidence)
 
 
 def _gaussian_epsilon(mu: float, delta: float) -> float:
     from scipy.optimize import brentq
 
-    return brentq(lambda e: A.gdp_delta(mu, e) - delta, 0.0, 50.0)
+    return brentq(lambda e: audit_epsilon.gdp_delta(mu, e) - delta, 0.0, 50.0)
 
 
 def test_tail_rows_certify_eps_at_small_delta_below_the_exact_value():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cbdp_jax._src.audit import AuditResult, parse_claim
+from cbdp_jax._src.audit_claims import parse_claim
+from cbdp_jax._src.audit_results import AuditResult
 from cbdp_jax._src.io import atomic_savefig, atomic_write_json
 
 

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.audit import DatasetSpace
+from cbdp_jax._src.audit_pairs import DatasetSpace
 from cbdp_jax._src.hockey_stick import gaussian_sigma_for
 
 EPS = 1.0

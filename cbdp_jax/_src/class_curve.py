@@ -18,7 +18,7 @@ class on the same held-out runs (the first ``train_fraction`` of each side fits 
   Gaussian (every update seen; Nasr et al. 2023).
 
 Each point is the empirical epsilon at the claim's delta and the GDP mu refuted by that class's own
-Bonferroni family (``audit``'s rows and :func:`~cbdp_jax._src.audit.empirical_epsilon`) at the
+Bonferroni family (``audit``'s rows and :func:`~cbdp_jax._src.audit_epsilon.empirical_epsilon`) at the
 given level: a finite-sample lower bound on that class's eps (or mu), not a joint statement across
 classes. The final parameters are kept in full when the model has at most ``max_params`` of them,
 else the ``max_params`` coordinates the canary's gradient moves most (a subset of the linear and MLP
@@ -195,7 +195,8 @@ def _certify(key, name: str, xp, xq, claim, base) -> tuple[float, float, int]:
     """One class's empirical eps and GDP mu on the samples (its own Bonferroni family)."""
     import dataclasses
 
-    from cbdp_jax._src.audit import _hockey_rows, empirical_epsilon
+    from cbdp_jax._src.audit_certify import _hockey_rows
+    from cbdp_jax._src.audit_epsilon import empirical_epsilon
 
     if name in _CLASSES:
         config = dataclasses.replace(base, classes=_CLASSES[name], tail_bounds=name == "linear")
@@ -230,7 +231,7 @@ def class_curve(
       :class:`ClassCurve`.
 
     """
-    from cbdp_jax._src.audit import parse_claim
+    from cbdp_jax._src.audit_claims import parse_claim
     from cbdp_jax._src.training_audit import default_claim, training_audit_config
 
     check_key(key)

@@ -48,7 +48,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from scipy import stats
 
-from cbdp_jax._src.audit import Defect
+from cbdp_jax._src.audit_results import Defect
 from cbdp_jax._src.training_ops import Prepared, apply_step, rekey_with
 from cbdp_jax._src.training_problem import TrainingProblem
 

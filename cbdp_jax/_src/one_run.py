@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special, stats
 
-from cbdp_jax._src.audit import gdp_delta
+from cbdp_jax._src.audit_epsilon import gdp_delta
 from cbdp_jax._src.one_run_scores import check_scores, gaussian_scores_fit
 from cbdp_jax._src.validation import (
     InvalidParameterError,

@@ -237,7 +237,7 @@ def training_audit_config(epsilon: float = 1.0, **overrides) -> Any:
     section 10; ``feature_groups=('score',)`` is the score alone, the audit of before);
     ``overrides`` replace any field.
     """
-    from cbdp_jax._src.audit import AuditConfig
+    from cbdp_jax._src.audit_config import AuditConfig
 
     base = dict(
         samples=10_000, classes=("halfspace", "histogram"), eps_grid=eps_grid_for(epsilon),
@@ -302,7 +302,8 @@ def audit_training(
       AuditRefusedError: When any run's parameters or score are NaN or inf.
 
     """
-    from cbdp_jax._src.audit import audit, parse_claim
+    from cbdp_jax._src.audit import audit
+    from cbdp_jax._src.audit_claims import parse_claim
 
     check_key(key)
     text = default_claim(problem, delta) if claim is None else claim

@@ -27,7 +27,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from cbdp_jax._src.audit import BlindSpot
+from cbdp_jax._src.audit_results import BlindSpot
 from cbdp_jax._src.training_ops import Prepared, apply_step, lone_response, rekey
 from cbdp_jax._src.training_problem import TrainingProblem
 from cbdp_jax._src.validation import InvalidParameterError

@@ -93,7 +93,7 @@ def audit_cmd(
 
     Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
     """
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
     from cbdp_jax._src.io import to_json
 
     check_choice("format", output_format, FORMATS)
@@ -121,7 +121,7 @@ def _audit_one(mechanism, claim, where, config, seed):
     """Audits one user mechanism: checks the arguments, finds or takes the pair, certifies."""
     import jax
 
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
 
     if mechanism is None:
         raise InvalidParameterError(
@@ -149,7 +149,7 @@ def _parse_classes(text: str) -> tuple[str, ...]:
 
 def _audit_pairs(d, d_prime, space, pairs, relation=None):
     """The given pair (checked against ``relation``), or the space and candidates to search."""
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
     from cbdp_jax._src.audit_io import load_mechanism, parse_dataset
     from cbdp_jax._src.neighbours import check_pair
 
@@ -239,7 +239,7 @@ def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> Non
     """Audits every suite case, one row each (80 columns), with a count and an ETA on a terminal."""
     import jax
 
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
     from cbdp_jax._src.audit_suite import SUITE, as_arrays
     from cbdp_jax._src.io import to_json
 

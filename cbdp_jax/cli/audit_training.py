@@ -190,7 +190,7 @@ def audit_training_cmd(
     """
     import jax
 
-    from cbdp_jax._src import audit as au
+    from cbdp_jax import audit as au
     from cbdp_jax.cli.one_run_training import ONE_RUN_OPTIONS, check_one_run_options, one_run_cmd
 
     opts = dict(locals())

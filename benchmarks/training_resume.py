@@ -9,6 +9,11 @@ for the times, both verdicts and the empirical eps of BASE and of this tree.
 
     python benchmarks/training_resume.py 100000 . /tmp/base0 \
         benchmarks/measured/training-speed/resume_1e5.json
+    python benchmarks/training_resume.py 1000000 . none OUT --critics score
+
+BASE ``none`` skips the base tree's run; arguments after OUT go to every audit-training call (at
+10^6 runs ``--critics score`` keeps the release's recorded coordinates, 4 (T (k + 1) + 3) bytes a
+run, out of memory).
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ CMD = [
 ]  # fmt: skip
 
 
+EXTRA: list[str] = []
+
+
 def launch(tree: str, runs: str, extra: list[str]) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
     cmd = ["/usr/bin/time", "-f", "TIME %e %U %S %M", sys.executable, "-m", "cbdp_jax.cli", *CMD]
     return subprocess.Popen(
-        [*cmd, "--runs", runs, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [*cmd, "--runs", runs, *EXTRA, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, cwd=tempfile.gettempdir(),
     )  # fmt: skip
 
@@ -62,8 +70,11 @@ def runs_in(folder: Path) -> int:
 
 def main() -> None:
     runs, here, base, out = sys.argv[1:5]
-    rec: dict = {"runs_per_side": int(runs)}
-    base_json, rec["base_uninterrupted"] = finish(launch(base, runs, []))
+    EXTRA[:] = sys.argv[5:]
+    rec: dict = {"runs_per_side": int(runs), "extra_options": EXTRA}
+    base_json = None
+    if base != "none":
+        base_json, rec["base_uninterrupted"] = finish(launch(base, runs, []))
     work = Path(tempfile.mkdtemp())
     alone, rec["new_uninterrupted"] = finish(launch(here, runs, ["--checkpoint", str(work / "a")]))
     proc, t0 = launch(here, runs, ["--checkpoint", str(work / "k")]), time.perf_counter()
@@ -76,9 +87,13 @@ def main() -> None:
         launch(here, runs, ["--checkpoint", str(work / "k"), "--resume"])
     )
     rec["identical_json_except_seconds"] = without_times(alone) == without_times(resumed)
-    rec["verdicts"] = {"base": base_json["violation"], "alone": alone["violation"],
-                       "resumed": resumed["violation"]}  # fmt: skip
-    rec["base_empirical"], rec["new_empirical"] = base_json["empirical"], alone["empirical"]
+    rec["saved_cpu_s"] = rec["new_uninterrupted"]["cpu_s"] - rec["resumed"]["cpu_s"]
+    rec["saved_wall_s"] = rec["new_uninterrupted"]["wall_s"] - rec["resumed"]["wall_s"]
+    rec["verdicts"] = {"alone": alone["violation"], "resumed": resumed["violation"]}
+    rec["new_empirical"] = alone["empirical"]
+    if base_json is not None:
+        rec["verdicts"]["base"] = base_json["violation"]
+        rec["base_empirical"] = base_json["empirical"]
     print(json.dumps(rec, indent=1))
     Path(out).write_text(json.dumps(rec, indent=1))
 

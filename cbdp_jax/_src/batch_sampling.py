@@ -15,8 +15,9 @@ that size: Poisson draws over the n slots and drops the absent ones (independent
 slots by a uniform permutation and cuts ``size // b`` batches an epoch from it.
 
 * ``'poisson'``: each example is in each batch independently with probability ``rate`` (what the
-  DP-SGD accountant assumes), drawn as the positions of i.i.d. Geometric(q) gaps (capacity uniforms
-  per step, not n Bernoullis; float32 uniforms cut a gap's tail at probability e^-16.6). The
+  DP-SGD accountant assumes), drawn as the positions of i.i.d. Geometric(q) gaps (capacity 32-bit
+  words per step, half as many Threefry blocks, not n Bernoullis; a gap's tail is cut at
+  probability 2^-33). The
   capacity is ``min(n, ceil(qn + 8 sqrt(qn(1-q)) + 8))``; a batch larger than that (probability
   below 1e-12 for qn >= 1) is truncated, and a full last slot is counted in ``overflow``.
 * ``'shuffle'``: a fresh permutation of the n examples at each epoch, cut into consecutive batches of
@@ -44,8 +45,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from cbdp_jax._src import user_sampler
+from cbdp_jax._src import normal_draws, user_sampler
 from cbdp_jax._src.validation import (
     InvalidParameterError,
     check_choice,
@@ -182,8 +184,7 @@ class BatchSampler:
         if q == 1.0:
             idx = jnp.arange(cap, dtype=jnp.int32)
             return idx, idx < size, none
-        u = jax.random.uniform(k_t, (cap,), minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-        gaps = jnp.floor(jnp.log(u) / math.log1p(-q)) + 1.0
+        gaps = geometric_gaps(k_t, cap, q)
         pos = jnp.cumsum(jnp.minimum(gaps, n + 1.0)) - 1.0
         overflow = ((pos[-1] < n) & (cap < n)).astype(jnp.int32)  # last slot used: maybe truncated
         valid = pos < size
@@ -212,6 +213,19 @@ class BatchSampler:
         size = n if size is None else int(size)
         self.check_size(size, what=f"the {size} examples present")
         return _masks(self, key, n, steps, size)
+
+
+def geometric_gaps(key: jax.Array, count: int, q: float) -> jax.Array:
+    """``count`` i.i.d. Geometric(q) gaps on {1, 2, ...} ``[count]`` float32, one 32-bit word each.
+
+    A gap is ``floor(log(u) / log(1 - q)) + 1`` for u uniform on (0, 1): ``u = (w + 1/2) 2^-32`` from
+    a uniform 32-bit word w (both words of each Threefry block, :func:`normal_draws.uniform_words`:
+    half the hashes of ``jax.random.uniform``). The smallest u, 2^-33, cuts the gap's tail at
+    probability 2^-33 (about 1e-10) beyond ``23 / -log(1 - q)``; float32 rounds u to 24 bits.
+    """
+    words = normal_draws.uniform_words(key, count)
+    u = (words.astype(jnp.float32) + 0.5) * np.float32(2.0**-32)
+    return jnp.floor(jnp.log(u) / np.float32(math.log1p(-q))) + 1.0
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))

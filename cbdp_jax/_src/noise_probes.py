@@ -49,7 +49,7 @@ from jax.flatten_util import ravel_pytree
 from scipy import stats
 
 from cbdp_jax._src.audit_results import Defect
-from cbdp_jax._src.training_ops import Prepared, apply_step, rekey_with
+from cbdp_jax._src.training_ops import QUICK, Prepared, apply_step, rekey_with
 from cbdp_jax._src.training_problem import TrainingProblem
 
 LEVEL = 1e-6  # family-wise: a correct step is named with probability at most this
@@ -261,7 +261,7 @@ def _build(tx, prep: Prepared, cap: int, steps: int, watched, shifted, paired, s
         state = rekey_with(tx.init(params), start, raw)
         return jax.lax.scan(body, (params, state), fresh)[1]
 
-    program = jax.jit(jax.vmap(one_run, in_axes=(0, 0, None, None)))
+    program = jax.jit(jax.vmap(one_run, in_axes=(0, 0, None, None)), compiler_options=QUICK)
     return lambda starts, fresh: program(starts, fresh, batches, prep.params)
 
 

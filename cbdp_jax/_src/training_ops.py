@@ -9,6 +9,7 @@ direction due to one gradient (:func:`lone_response`). Both the engine
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -18,6 +19,10 @@ import optax
 from flax import nnx
 
 from cbdp_jax._src.training_problem import cross_entropy
+
+# XLA:CPU options of a probe's program, run once for milliseconds: compiled without LLVM's costly
+# optimisation (it compiles several times faster; the program's results are the same arithmetic).
+QUICK = {"xla_backend_optimization_level": 0}
 
 
 class Prepared(NamedTuple):
@@ -185,10 +190,20 @@ def lone_response(tx, params, direction, grad, capacity: int, others=None) -> fl
         lambda z, g: z.at[1 : k + 1].set(g), zeros, others[1]
     )  # fmt: skip
     mask = jnp.arange(capacity) <= k
-    with_grad = jax.tree.map(lambda z, g: z.at[0].set(g), base, grad)
-    u1, _ = apply_step(tx, with_grad, state, params, mask)
-    u0, _ = apply_step(tx, base, state, params, mask)
-    return float(tree_dot(jax.tree.map(jnp.subtract, u1, u0), direction))
+    return float(_response_program(tx)(base, grad, state, params, direction, mask))
+
+
+@functools.lru_cache(maxsize=16)
+def _response_program(tx):
+    """:func:`lone_response`'s arithmetic as one program per step, compiled once (not op by op)."""
+
+    def response(base, grad, state, params, direction, mask):
+        with_grad = jax.tree.map(lambda z, g: z.at[0].set(g), base, grad)
+        u1, _ = apply_step(tx, with_grad, state, params, mask)
+        u0, _ = apply_step(tx, base, state, params, mask)
+        return tree_dot(jax.tree.map(jnp.subtract, u1, u0), direction)
+
+    return jax.jit(response, compiler_options=QUICK)
 
 
 def slot_batch(prep: Prepared, idx: jax.Array, present):

@@ -28,7 +28,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from cbdp_jax._src.audit_results import BlindSpot
-from cbdp_jax._src.training_ops import Prepared, apply_step, lone_response, rekey
+from cbdp_jax._src.training_ops import QUICK, Prepared, apply_step, lone_response, rekey
 from cbdp_jax._src.training_problem import TrainingProblem
 from cbdp_jax._src.validation import InvalidParameterError
 
@@ -144,7 +144,8 @@ def _noise_spots(problem: TrainingProblem, tx, prep: Prepared) -> list[BlindSpot
         new = rekey(state, key, prep.raw_keys)
         return ravel_pytree(apply_step(tx, zeros, new, prep.params, mask)[0])[0]
 
-    ups = jax.vmap(update)(jax.random.split(jax.random.key(1), 32))
+    # one program (op-by-op dispatch under vmap compiles each operation on its own)
+    ups = jax.jit(jax.vmap(update), compiler_options=QUICK)(jax.random.split(jax.random.key(1), 32))
     still = np.asarray(jnp.all(ups == ups[:1], axis=0))
     if not still.any():
         return []

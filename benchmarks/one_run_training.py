@@ -122,6 +122,7 @@ def tightness(args) -> dict:
         res = ta.one_run_repeats(jax.random.key(int(eps)), p, args.runs, canaries=1000, chunk=8,
                                  score=args.score)  # fmt: skip
         rows.append(_row(res, f"q=0.01 T=1000 eps~{eps}, {args.score} score"))
+        _save_scores(res, f"scores-eps{eps:g}-{args.score}")
         print(rows[-1], flush=True)
     if args.full_batch:
         p = problem(eps=8.0, rate=1.0, steps=10, lr=0.05)
@@ -129,6 +130,17 @@ def tightness(args) -> dict:
         rows.append(_row(res, "full batch q=1 T=10 eps~8"))
         print(rows[-1], flush=True)
     return {"rows": rows}
+
+
+def _save_scores(results, name: str) -> None:
+    """The runs' scores and coins ``[R, m]`` (and the likelihood ratios, if any) as .npz."""
+    arrays = {"sum": np.stack([r.scores for r in results]).astype(np.float32),
+              "coins": np.stack([r.coins for r in results]),
+              "claim": np.float64(results[0].claim_epsilon)}  # fmt: skip
+    if results[0].llr is not None:
+        arrays["llr"] = np.stack([r.llr for r in results]).astype(np.float32)
+    OUT.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(OUT / f"{name}.npz", **arrays)
 
 
 def black_box(args) -> dict:

@@ -115,6 +115,39 @@ def bugs(args) -> dict:
     return out
 
 
+def key_reuse(args) -> dict:
+    """key-reuse (the same noise at every step) in one run: the probes' defects and the bounds."""
+    out = {}
+    for bug in ("key-reuse", "none"):
+        p = problem(eps=2.0, rate=0.01, steps=1000, bug=bug, norm=100.0)
+        r = ta.one_run_training(jax.random.key(1), p, canaries=1000, compare=False, score="llr")
+        name, eps = r.best()
+        out[bug] = {"claim": r.claim_epsilon, "violation": r.violation, "best": name, "eps": eps,
+                    "bounds": {k: _eps(r, k) for k in METHODS},
+                    "scores": {k: r.bounds[k]["score"] for k in METHODS},
+                    "defects": [d.kind for d in r.defects], "verdict": r.verdict,
+                    "seconds": r.seconds}  # fmt: skip
+        print(bug, out[bug], flush=True)
+    return out
+
+
+def black_box_crafted(args) -> dict:
+    """Input canaries (ood) from the crafted start (worst-case and average-case), eps near 8."""
+    from cbdp_jax._src.crafted_init import crafted_problem
+
+    rows = {}
+    noise = dpsgd_noise(8.0, 1e-5, 0.01, 1000)
+    for init in ("worst-case", "average-case"):
+        p, report = crafted_problem(model="mlp", data="digits", n=None, init=init, noise=noise,
+                                    rate=0.01, steps=1000)  # fmt: skip
+        r = ta.one_run_training(jax.random.key(5), p, canaries=1000, kind="input", compare=False)
+        rows[init] = {"claim": r.claim_epsilon, "bounds": {k: _eps(r, k) for k in METHODS},
+                      "refused": {k: r.bounds[k].get("refused") for k in METHODS},
+                      "start": report.to_dict(), "seconds": r.seconds}  # fmt: skip
+        print(init, rows[init], flush=True)
+    return rows
+
+
 def tightness(args) -> dict:
     rows = []
     for eps in args.eps:
@@ -198,8 +231,8 @@ def summary() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("section", choices=("soundness", "bugs", "tightness", "black-box", "scale",
-                                        "scale-one", "summary"))  # fmt: skip
+    ap.add_argument("section", choices=("soundness", "bugs", "key-reuse", "tightness", "black-box",
+                                        "black-box-crafted", "scale", "scale-one", "summary"))  # fmt: skip
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--eps", type=float, nargs="+", default=[2.0, 4.0, 8.0])
     ap.add_argument("--full-batch", action="store_true")
@@ -214,7 +247,8 @@ def main() -> None:
         print(json.dumps(scale_one(args.m, args.steps, args.hidden)))
         return
     t = time.perf_counter()
-    fn = {"soundness": soundness, "bugs": bugs, "tightness": tightness, "black-box": black_box,
+    fn = {"soundness": soundness, "bugs": bugs, "key-reuse": key_reuse, "tightness": tightness,
+          "black-box": black_box, "black-box-crafted": black_box_crafted,
           "scale": scale}[args.section]  # fmt: skip
     payload = fn(args)
     payload["meta"] = {

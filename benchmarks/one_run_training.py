@@ -222,9 +222,32 @@ def summary() -> None:
     for name in ("tightness-full-batch", "tightness-llr", "black-box"):
         if name in got:
             out[name] = [{k: r.get(k) for k in keep} for r in got[name]["rows"]]
+    if "score-choice" in got:
+        out["score-choice"] = [
+            {
+                k: r[k]
+                for k in (
+                    "eps_target",
+                    "m",
+                    "runs",
+                    "noise_multiplier",
+                    "accountant_gdp_mu",
+                    "median",
+                    "ceiling",
+                    "ratio_fdp_gauss_to_fitted_mu_ceiling",
+                    "ratio_fdp_llr_to_mechanism_ceiling",
+                )
+            }  # fmt: skip
+            for r in got["score-choice"]["rows"]
+        ]
+    if "vs-jax-privacy" in got:
+        out["vs-jax-privacy"] = got["vs-jax-privacy"]["rows"]
+    for name in ("key-reuse", "black-box-crafted"):
+        if name in got:
+            out[name] = {k: v for k, v in got[name].items() if k != "meta"}
     if "scale" in got:
         out["scale"] = got["scale"]["rows"] + got.get("scale-1e6", {}).get("rows", [])
-    out["commands_and_load"] = {k: v["meta"] for k, v in got.items()}
+    out["commands_and_load"] = {k: v["meta"] for k, v in got.items() if "meta" in v}
     (OUT / "summary.json").write_text(json.dumps(out, indent=2, default=float))
     print(json.dumps(out, indent=2, default=float))
 

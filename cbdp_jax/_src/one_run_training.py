@@ -5,7 +5,9 @@ model, data, loss, DP step and sampler), inserts m canaries each with an indepen
 ONCE with the problem's own step and sampler (:mod:`~cbdp_jax._src.one_run_engine`), scores every
 canary and reports each one-run method of :mod:`~cbdp_jax._src.one_run` on the scores, beside the
 accountant's eps and the price of the audit (the model's loss and accuracy with and without the
-canaries, trained on the same batches' key and noise). :func:`one_run_repeats` runs R independent
+canaries, trained on the same batches' key and noise), and the many-run audit's noise probes on the
+step (:func:`probe_defects`: a failed probe is a ``Defect`` and the verdict is then never a plain
+pass). :func:`one_run_repeats` runs R independent
 audits vmapped in one program, sharded over devices (a soundness study).
 
 Which score each method gets: ``'steinke'``, ``'fdp'`` and ``'gdp'`` (finite-sample, valid for any

@@ -115,6 +115,39 @@ def bugs(args) -> dict:
     return out
 
 
+def key_reuse(args) -> dict:
+    """key-reuse (the same noise at every step) in one run: the probes' defects and the bounds."""
+    out = {}
+    for bug in ("key-reuse", "none"):
+        p = problem(eps=2.0, rate=0.01, steps=1000, bug=bug, norm=100.0)
+        r = ta.one_run_training(jax.random.key(1), p, canaries=1000, compare=False, score="llr")
+        name, eps = r.best()
+        out[bug] = {"claim": r.claim_epsilon, "violation": r.violation, "best": name, "eps": eps,
+                    "bounds": {k: _eps(r, k) for k in METHODS},
+                    "scores": {k: r.bounds[k]["score"] for k in METHODS},
+                    "defects": [d.kind for d in r.defects], "verdict": r.verdict,
+                    "seconds": r.seconds}  # fmt: skip
+        print(bug, out[bug], flush=True)
+    return out
+
+
+def black_box_crafted(args) -> dict:
+    """Input canaries (ood) from the crafted start (worst-case and average-case), eps near 8."""
+    from cbdp_jax._src.crafted_init import crafted_problem
+
+    rows = {}
+    noise = dpsgd_noise(8.0, 1e-5, 0.01, 1000)
+    for init in ("worst-case", "average-case"):
+        p, report = crafted_problem(model="mlp", data="digits", n=None, init=init, noise=noise,
+                                    rate=0.01, steps=1000)  # fmt: skip
+        r = ta.one_run_training(jax.random.key(5), p, canaries=1000, kind="input", compare=False)
+        rows[init] = {"claim": r.claim_epsilon, "bounds": {k: _eps(r, k) for k in METHODS},
+                      "refused": {k: r.bounds[k].get("refused") for k in METHODS},
+                      "start": report.to_dict(), "seconds": r.seconds}  # fmt: skip
+        print(init, rows[init], flush=True)
+    return rows
+
+
 def tightness(args) -> dict:
     rows = []
     for eps in args.eps:
@@ -122,6 +155,7 @@ def tightness(args) -> dict:
         res = ta.one_run_repeats(jax.random.key(int(eps)), p, args.runs, canaries=1000, chunk=8,
                                  score=args.score)  # fmt: skip
         rows.append(_row(res, f"q=0.01 T=1000 eps~{eps}, {args.score} score"))
+        _save_scores(res, f"scores-eps{eps:g}-{args.score}")
         print(rows[-1], flush=True)
     if args.full_batch:
         p = problem(eps=8.0, rate=1.0, steps=10, lr=0.05)
@@ -129,6 +163,17 @@ def tightness(args) -> dict:
         rows.append(_row(res, "full batch q=1 T=10 eps~8"))
         print(rows[-1], flush=True)
     return {"rows": rows}
+
+
+def _save_scores(results, name: str) -> None:
+    """The runs' scores and coins ``[R, m]`` (and the likelihood ratios, if any) as .npz."""
+    arrays = {"sum": np.stack([r.scores for r in results]).astype(np.float32),
+              "coins": np.stack([r.coins for r in results]),
+              "claim": np.float64(results[0].claim_epsilon)}  # fmt: skip
+    if results[0].llr is not None:
+        arrays["llr"] = np.stack([r.llr for r in results]).astype(np.float32)
+    OUT.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(OUT / f"{name}.npz", **arrays)
 
 
 def black_box(args) -> dict:
@@ -177,17 +222,40 @@ def summary() -> None:
     for name in ("tightness-full-batch", "tightness-llr", "black-box"):
         if name in got:
             out[name] = [{k: r.get(k) for k in keep} for r in got[name]["rows"]]
+    if "score-choice" in got:
+        out["score-choice"] = [
+            {
+                k: r[k]
+                for k in (
+                    "eps_target",
+                    "m",
+                    "runs",
+                    "noise_multiplier",
+                    "accountant_gdp_mu",
+                    "median",
+                    "ceiling",
+                    "ratio_fdp_gauss_to_fitted_mu_ceiling",
+                    "ratio_fdp_llr_to_mechanism_ceiling",
+                )
+            }  # fmt: skip
+            for r in got["score-choice"]["rows"]
+        ]
+    if "vs-jax-privacy" in got:
+        out["vs-jax-privacy"] = got["vs-jax-privacy"]["rows"]
+    for name in ("key-reuse", "black-box-crafted"):
+        if name in got:
+            out[name] = {k: v for k, v in got[name].items() if k != "meta"}
     if "scale" in got:
         out["scale"] = got["scale"]["rows"] + got.get("scale-1e6", {}).get("rows", [])
-    out["commands_and_load"] = {k: v["meta"] for k, v in got.items()}
+    out["commands_and_load"] = {k: v["meta"] for k, v in got.items() if "meta" in v}
     (OUT / "summary.json").write_text(json.dumps(out, indent=2, default=float))
     print(json.dumps(out, indent=2, default=float))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("section", choices=("soundness", "bugs", "tightness", "black-box", "scale",
-                                        "scale-one", "summary"))  # fmt: skip
+    ap.add_argument("section", choices=("soundness", "bugs", "key-reuse", "tightness", "black-box",
+                                        "black-box-crafted", "scale", "scale-one", "summary"))  # fmt: skip
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--eps", type=float, nargs="+", default=[2.0, 4.0, 8.0])
     ap.add_argument("--full-batch", action="store_true")
@@ -202,7 +270,8 @@ def main() -> None:
         print(json.dumps(scale_one(args.m, args.steps, args.hidden)))
         return
     t = time.perf_counter()
-    fn = {"soundness": soundness, "bugs": bugs, "tightness": tightness, "black-box": black_box,
+    fn = {"soundness": soundness, "bugs": bugs, "key-reuse": key_reuse, "tightness": tightness,
+          "black-box": black_box, "black-box-crafted": black_box_crafted,
           "scale": scale}[args.section]  # fmt: skip
     payload = fn(args)
     payload["meta"] = {

@@ -302,3 +302,65 @@ def test_one_run_splits_its_batch_over_two_devices_with_the_same_result():
     assert proc.returncode == 0, proc.stderr
     diff, same, distinct = proc.stdout.split()
     assert float(diff) < 1e-3 and same == "True" and int(distinct) > 1
+
+
+# --- the noise probes on a one-run audit -----------------------------------------------------------
+
+SYN = dict(data="synthetic", n=31, rate=0.125, steps=6)
+
+
+def test_a_defect_makes_a_one_run_verdict_say_so_unless_a_violation_is_certified():
+    # with_defects on plain results (no training): a defect without a certified violation is never
+    # a plain pass; beside a violation the verdict keeps the violation; no defect changes nothing.
+    from cbdp_jax._src.audit import Defect
+    from cbdp_jax._src.one_run_training import OneRunTrainingResult, with_defects
+
+    fields = dict(kind="gradient", canaries=10, included=5, directions="coordinate", bounds={},
+                  claim_epsilon=2.0, delta=1e-5, level=0.95, asymptotic_violation=False,
+                  reach=1.0, loss_with=0.0, loss_without=0.0, accuracy_with=1.0,
+                  accuracy_without=1.0, hit_rate=0.1, noise_ratio=1.0, step_size=None,
+                  examples=10, steps=3, sampling_rate=0.1)  # fmt: skip
+    defect = Defect("noise-not-fresh", "the noise at step 1 is the noise at step 0")
+    clean = OneRunTrainingResult(**fields, violation=False, verdict="no violation certified")
+    named = with_defects(clean, (defect,))
+    assert named.defects == (defect,) and "not a clean bill" in named.verdict
+    assert "noise-not-fresh" in named.verdict and named.to_dict()["defects"][0]["kind"] == (
+        "noise-not-fresh"
+    )
+    assert with_defects(clean, ()).verdict == clean.verdict  # negative control: no defect
+    refuted = OneRunTrainingResult(**fields, violation=True, verdict="VIOLATION: fdp ...")
+    assert with_defects(refuted, (defect,)).verdict == refuted.verdict
+
+
+@pytest.mark.slow  # three one-run trainings with the probes: minutes on a loaded 2-core machine
+def test_a_one_run_audit_of_a_step_with_reused_noise_names_the_defect_and_a_correct_step_none():
+    # key-reuse: the step's state returns its key unchanged, the same noise at every step. The
+    # probes (a sign test at family-wise level 1e-6, tests/test_noise_probes.py) name it before the
+    # run; the negative control, the correct dp_sgd on the same data, names nothing (a false
+    # defect has probability <= 1e-6).
+    bad = ta.one_run_training(jax.random.key(0), ta.build_problem(**(SYN | {"bug": "key-reuse"})),
+                              canaries=100, compare=False)  # fmt: skip
+    assert [d.kind for d in bad.defects] == ["noise-not-fresh"]
+    assert not bad.violation and "not a clean bill" in bad.verdict
+    assert bad.to_dict()["defects"][0]["kind"] == "noise-not-fresh"
+    ok = ta.one_run_training(jax.random.key(0), ta.build_problem(**SYN), canaries=100,
+                             compare=False)  # fmt: skip
+    assert ok.defects == () and "clean bill" not in ok.verdict
+    unchecked = ta.one_run_training(jax.random.key(0), ta.build_problem(**(SYN | {"bug": "key-reuse"})),
+                                    canaries=100, compare=False, noise_probes=False)  # fmt: skip
+    assert unchecked.defects == ()  # probes off: nothing named (and nothing claimed checked)
+
+
+@pytest.mark.slow  # one audit-training process: about half a minute cold
+def test_the_cli_one_run_exits_3_on_a_defect_without_a_violation():
+    args = ["audit-training", "--data", "synthetic", "--rate", "0.125", "--steps", "6",
+            "--bug", "key-reuse", "--one-run", "--canaries", "100", "--format", "json"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "cbdp_jax.cli", *args], capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    rec = json.loads(proc.stdout)
+    assert not rec["violation"] and [d["kind"] for d in rec["defects"]] == ["noise-not-fresh"]
+    ok = subprocess.run([sys.executable, "-m", "cbdp_jax.cli", *args[:7], *args[9:]],
+                        capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr[-2000:]  # the correct step: no defect, exit 0
+    assert json.loads(ok.stdout)["defects"] == []

@@ -5,7 +5,9 @@ model, data, loss, DP step and sampler), inserts m canaries each with an indepen
 ONCE with the problem's own step and sampler (:mod:`~cbdp_jax._src.one_run_engine`), scores every
 canary and reports each one-run method of :mod:`~cbdp_jax._src.one_run` on the scores, beside the
 accountant's eps and the price of the audit (the model's loss and accuracy with and without the
-canaries, trained on the same batches' key and noise). :func:`one_run_repeats` runs R independent
+canaries, trained on the same batches' key and noise), and the many-run audit's noise probes on the
+step (:func:`probe_defects`: a failed probe is a ``Defect`` and the verdict is then never a plain
+pass). :func:`one_run_repeats` runs R independent
 audits vmapped in one program, sharded over devices (a soundness study).
 
 Which score each method gets: ``'steinke'``, ``'fdp'`` and ``'gdp'`` (finite-sample, valid for any
@@ -36,10 +38,12 @@ from flax import nnx
 
 from cbdp_jax._src.accounting import dpsgd_epsilon
 from cbdp_jax._src.audit_io import AuditRefusedError
+from cbdp_jax._src.noise_probes import noise_defects
 from cbdp_jax._src.one_run import METHODS, one_run_audit
 from cbdp_jax._src.one_run_canaries import gradient_canaries, input_canaries
 from cbdp_jax._src.one_run_engine import Layout, RunOut, canary_unit, make_one_run, step_for_run
 from cbdp_jax._src.sharded_runs import sharded_runs
+from cbdp_jax._src.training_ops import Prepared, raw_key_leaves
 from cbdp_jax._src.training_problem import TrainingProblem, cross_entropy
 from cbdp_jax._src.validation import (
     InvalidParameterError,
@@ -87,6 +91,9 @@ class OneRunTrainingResult:
       seconds: Wall time of the run(s) and the bounds.
       scores: ``[m]`` the sum scores (or loss drops); not in ``to_dict`` unless asked.
       coins: ``[m]`` bool, the coins.
+      llr: ``[m]`` the likelihood-ratio scores (``score='llr'`` with coordinate canaries), else None.
+      defects: What the step's noise does that the accountant does not assume (:class:`Defect`
+        tuples from :mod:`~cbdp_jax._src.noise_probes`, probed before the run; empty: none found).
 
     """
 
@@ -115,15 +122,19 @@ class OneRunTrainingResult:
     seconds: float = 0.0
     scores: Any = None
     coins: Any = None
+    llr: Any = None
+    defects: tuple = ()
 
     def to_dict(self, *, arrays: bool = False) -> dict:
         """Plain JSON-ready fields (the score and coin arrays only with ``arrays``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["defects"] = [d._asdict() for d in self.defects]
         if arrays:
             out["scores"] = np.asarray(self.scores, float).tolist()
             out["coins"] = np.asarray(self.coins, bool).tolist()
+            out["llr"] = None if self.llr is None else np.asarray(self.llr, float).tolist()
         else:
-            out.pop("scores"), out.pop("coins")
+            out.pop("scores"), out.pop("coins"), out.pop("llr")
         return out
 
     def best(self, methods=FINITE_SAMPLE) -> tuple[str, float]:
@@ -300,15 +311,41 @@ def _result(out: RunOut, base, layout: Layout, problem, rate, kind, score, delta
         hit_rate=float(hits.sum() / max(hits.size * problem.steps, 1)), noise_ratio=ratio,
         step_size=layout.step_size, examples=int(layout.x.shape[0]), steps=problem.steps,
         sampling_rate=float(rate), seconds=float(seconds), scores=np.asarray(out.scores),
-        coins=coins,
+        coins=coins, llr=np.asarray(out.llr) if use_llr else None,
     )  # fmt: skip
+
+
+def probe_defects(problem: TrainingProblem, layout: Layout) -> tuple:
+    """The noise probes of the many-run audit on the one run's step (:func:`noise_defects`).
+
+    The probes run the step the run uses (a factory's, built for n + m // 2 examples) on zero
+    gradients under their own fixed key, before and apart from the run: they see the step, never
+    the coins. A failed probe is a :class:`Defect`: the accountant does not describe the step.
+    """
+    cap = problem.sampler.capacity(problem.examples)
+    raw = raw_key_leaves(layout.tx, layout.params, cap)
+    prep = Prepared(layout.graphdef, layout.params, layout.x, layout.y, 0, None, None, 1.0, -1,
+                    False, loss=layout.loss, raw_keys=raw)  # fmt: skip
+    return noise_defects(jax.random.key(0), problem, layout.tx, prep)
+
+
+def with_defects(result: OneRunTrainingResult, defects: tuple) -> OneRunTrainingResult:
+    """``result`` with its defects; a verdict without a certified violation says they exist."""
+    verdict = result.verdict
+    if defects and not result.violation:  # never a plain "no violation"
+        verdict = (
+            f"{verdict}; but the step fails {len(defects)} of the noise probes "
+            f"({', '.join(d.kind for d in defects)}): the claim's accountant does not describe "
+            "this step, so no violation certified is not a clean bill"
+        )
+    return dataclasses.replace(result, defects=tuple(defects), verdict=verdict)
 
 
 def one_run_training(
     key: jax.Array, problem: TrainingProblem, *, canaries: int = 1000, kind: str | None = None,
     directions: str = "auto", score: str = "sum", delta: float = 1e-5, level: float = 0.95,
     input_canaries: str = "ood", eval_data=None, compare: bool = True,
-    claim: float | None = None, devices=None,
+    claim: float | None = None, devices=None, noise_probes: bool = True,
 ) -> OneRunTrainingResult:  # fmt: skip
     """Inserts m canaries into ``problem``'s training, trains ONCE, and bounds eps from their scores.
 
@@ -337,6 +374,9 @@ def one_run_training(
         add/remove, at the problem's noise multiplier, q and steps; None without them).
       devices: Split each step's batch over these devices (data parallel; default every local
         device, one device: no split). The result is the same up to float rounding.
+      noise_probes: Probe the step's noise before the run, as the many-run audit does
+        (:func:`probe_defects`); a failed probe is in ``defects`` and in the verdict. False
+        leaves ``defects`` empty (unchecked, not clean).
 
     Returns:
       A :class:`OneRunTrainingResult`.
@@ -366,8 +406,10 @@ def one_run_training(
     base = jax.tree.map(np.asarray, program(k_run, jnp.float32(0.0))) if compare else None
     if claim is None:
         claim = claim_epsilon(problem, rate, delta)
-    return _result(out, base, layout, problem, rate, kind, score, delta, level, claim,
-                   time.perf_counter() - start)  # fmt: skip
+    defects = probe_defects(problem, layout) if noise_probes else ()
+    result = _result(out, base, layout, problem, rate, kind, score, delta, level, claim,
+                     time.perf_counter() - start)  # fmt: skip
+    return with_defects(result, defects)
 
 
 def one_run_repeats(

@@ -35,7 +35,11 @@ def check_one_run_options(o: dict[str, Any], given: list[str]) -> None:
 
 
 def one_run_cmd(problem, setup: dict, o: dict[str, Any], claim, output_format: str, out) -> None:
-    """Runs the one-run audit of ``problem`` and prints it; exit 1 on a certified violation."""
+    """Runs the one-run audit of ``problem`` and prints it.
+
+    Exit status as the many-run audit's: 1 a certified violation (with or without a defect), 3 a
+    defect named by the noise probes and no certified violation, 0 neither.
+    """
     import jax
 
     from cbdp_jax._src.one_run_training import one_run_training
@@ -61,6 +65,8 @@ def one_run_cmd(problem, setup: dict, o: dict[str, Any], claim, output_format: s
     _emit(result, problem, setup, output_format, out)
     if result.violation:
         raise typer.Exit(1)
+    if result.defects:
+        raise typer.Exit(3)
 
 
 def _emit(result, problem, setup: dict, output_format: str, out) -> None:
@@ -107,4 +113,6 @@ def _emit(result, problem, setup: dict, output_format: str, out) -> None:
         else (result.loss_with, result.loss_without)
     )
     _echo_wrapped(f"price of the audit: {what} {a:.4g} with the canaries, {b:.4g} without")
+    for defect in result.defects:
+        _echo_wrapped(f"defect ({defect.kind}): {defect.message}")
     _echo_wrapped(result.verdict)

@@ -23,6 +23,9 @@ from cbdp_jax._src.statistics import binomial
 from cbdp_jax._src.statistics.bounds import family_confidence
 from cbdp_jax._src.training_release import moved_magnitudes, release_layout
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 RUNS = 1500  # runs per side of the audits here: one compiled program per problem
 
 

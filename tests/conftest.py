@@ -97,6 +97,25 @@ def max_traces(monkeypatch):
     return wrap
 
 
+@pytest.fixture(scope="module")
+def no_noise_probes():
+    """Training problems prepared in this module skip the probes of the step's noise (``defects`` stays
+    empty), as ``prepare(problem, noise_probes=False)`` does; for modules whose subject is not the
+    probes and that reach ``prepare`` through ``audit_training`` or ``training_mechanism``
+    (``pytestmark = pytest.mark.usefixtures("no_noise_probes")``). The probes compile and run programs
+    of their own in every ``prepare`` (a few CPU seconds each); tests/test_noise_probes.py tests them,
+    end to end included. Module-scoped, so the module's tests still share the mechanisms (and compiled
+    programs) ``audit_training`` keeps; those are dropped before and after the module, so no test is
+    served a mechanism prepared under the other setting."""
+    from cbdp_jax._src import training_audit, training_runs
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training_runs, "noise_defects", lambda *args, **kwargs: ())
+        training_audit._MECHANISMS.clear()
+        yield
+        training_audit._MECHANISMS.clear()
+
+
 def pytest_collection_modifyitems(config, items):
     """A test marked ``ci`` (a slow test CI runs on every landing) must also be marked ``slow``: the
     marker says which slow tests CI adds, and a ``ci`` test in the default run would run twice there."""

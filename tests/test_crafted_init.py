@@ -15,6 +15,9 @@ from cbdp_jax._src import class_curve as cc
 from cbdp_jax._src import crafted_init as ci
 from cbdp_jax._src.accounting import dpsgd_epsilon, dpsgd_noise
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 # 300 digits, full batch, T = 16, S = 4: the accountant's GDP mu is sqrt(T) / S = 1
 SETTING = dict(model="logreg", n=300, noise=4.0, rate=1.0, steps=16, fit_steps=1000, chunk=512)
 RUNS = 1500

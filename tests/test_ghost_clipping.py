@@ -16,6 +16,9 @@ from cbdp_jax._src import ghost_clipping as gc
 from cbdp_jax._src import training_runs as tr
 from cbdp_jax._src.training_models import CNN, conv_same
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 CE = optax.losses.softmax_cross_entropy_with_integer_labels
 
 

@@ -17,6 +17,9 @@ from cbdp_jax import training_audit as ta
 from cbdp_jax._src import sharded_runs as sr
 from cbdp_jax._src.launch import launch
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(data="synthetic", n=31, sampler="poisson", rate=0.25, steps=4, noise=1.0, chunk=64)
 RUNS = 96

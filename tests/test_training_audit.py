@@ -16,6 +16,9 @@ from scipy import stats
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import training_audit as ta
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 # A small synthetic problem: 31 examples + the canary, logistic regression, 8 Poisson steps at q = 1/8.
 SMALL = dict(data="synthetic", n=31, sampler="poisson", rate=0.125, steps=8, noise=1.0, chunk=4096)
 RUNS = (
@@ -26,7 +29,7 @@ RUNS = (
 @pytest.fixture(scope="module")
 def small():
     problem = ta.build_problem(**SMALL)
-    return problem, ta.prepare(problem)
+    return problem, ta.prepare(problem, noise_probes=False)
 
 
 # --- samplers -----------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ from cbdp_jax import InvalidParameterError
 from cbdp_jax import audit as au
 from cbdp_jax import training_audit as ta
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 SYN = dict(data="synthetic", n=31, rate=0.125, steps=8, noise=1.0)
 
 

@@ -19,6 +19,9 @@ from cbdp_jax._src.accounting import dpsgd_delta, dpsgd_epsilon, parse_dpsgd
 from cbdp_jax._src.audit_io import import_attribute
 from cbdp_jax.audit import gdp_delta, parse_claim
 
+# the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
+pytestmark = pytest.mark.usefixtures("no_noise_probes")
+
 # --- samplers with an absent slot (the add/remove neighbour runs in D's program) -------------------
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from cbdp_jax._src.io import atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_json, environment_info
 
 
 def parser(description: str, default_out: str) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 
 from cbdp_jax import audit as au
-from cbdp_jax._src.io import atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_json, environment_info
 from cbdp_jax.audit_suite import diffprivlib_cases
 
 OUT = Path(__file__).parent / "measured" / "audit_suite" / "diffprivlib.json"

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from cbdp_jax import audit as au
-from cbdp_jax._src.io import atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_json, environment_info
 from cbdp_jax.audit_suite import SUITE, as_arrays
 
 OUT = Path(__file__).parent / "measured" / "audit_suite"

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from cbdp_jax import analytic
-from cbdp_jax._src.io import atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_json, environment_info
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
 
 N_TRAIN = N_TEST = 100_000

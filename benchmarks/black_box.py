@@ -15,7 +15,7 @@ binomial tail sets, 95%) of ``--runs`` trainings per side:
   and Annamalai & De Cristofaro 2024. It ASSUMES the trade-off curve is Gaussian, which holds for
   full-batch DP-SGD (exactly mu-GDP with mu = sqrt(T) / S) and not for Poisson sampling.
 
-Cases (``--cases``): ``worst-case:crafted`` (cbdp_jax._src.crafted_init: fitted, rescaled to
+Cases (``--cases``): ``worst-case:crafted`` (cbdp_jax._src.training_auditor.crafted_init: fitted, rescaled to
 saturation, the canary on the unused pixels, labelled least likely), ``average-case:crafted`` (the
 default initialisation, the same canary rule) and ``average-case:default`` (the default
 initialisation and the library's default input canary: every pixel at its maximum, the rarest
@@ -56,7 +56,7 @@ CASES = ("worst-case:crafted", "average-case:crafted", "average-case:default")
 
 def gdp_epsilon(mu: float, delta: float) -> float:
     """eps at ``delta`` of mu-GDP (Dong, Roth, Su 2022, Cor. 2.13), by bisection (0 if mu <= 0)."""
-    from cbdp_jax._src.audit_epsilon import gdp_delta
+    from cbdp_jax._src.mechanism_auditor.epsilon import gdp_delta
 
     if not mu > 0:
         return 0.0
@@ -71,8 +71,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 def _problem(case: str, args, eps: float, rate: float):
     from cbdp_jax import training_audit as ta
-    from cbdp_jax._src.accounting import dpsgd_noise
-    from cbdp_jax._src.crafted_init import crafted_problem
+    from cbdp_jax._src.privacy.accounting import dpsgd_noise
+    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
 
     init, canary = case.split(":")
     noise = dpsgd_noise(eps, DELTA, rate, args.steps)

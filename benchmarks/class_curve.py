@@ -1,6 +1,6 @@
 """The adversary-class curve of DP-SGD: what adversaries of growing capacity certify on the same runs.
 
-For each setting, ``--runs`` trainings per side are run once (cbdp_jax._src.class_curve) and each
+For each setting, ``--runs`` trainings per side are run once (cbdp_jax._src.training_auditor.class_curve) and each
 adversary class is certified on the same held-out runs (95%, delta = 1e-5, its own Bonferroni
 family): a threshold on the canary's final loss (black-box), a linear and an MLP critic of the final
 parameters, the white-box projection on the canary's gradient, and the likelihood ratio of every
@@ -10,7 +10,7 @@ update along it (all updates seen). Two settings:
   the default initialisation and the library's default input canary (what ``cbdp audit-training
   --threat black-box`` audits today);
 * ``mlp-poisson``: the 2-layer MLP on 1,000 digits, Poisson q = 0.1, T = 100, eps 10, worst-case
-  initial parameters and the crafted canary (cbdp_jax._src.crafted_init).
+  initial parameters and the crafted canary (cbdp_jax._src.training_auditor.crafted_init).
 
     python benchmarks/class_curve.py --device cpu --runs 10000 \\
         --out benchmarks/measured/class-curve/summary.json
@@ -39,8 +39,8 @@ SETTINGS = {
 
 def _problem(setting: dict, args):
     from cbdp_jax import training_audit as ta
-    from cbdp_jax._src.accounting import dpsgd_noise
-    from cbdp_jax._src.crafted_init import crafted_problem
+    from cbdp_jax._src.privacy.accounting import dpsgd_noise
+    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
 
     noise = dpsgd_noise(args.epsilon, DELTA, setting["rate"], args.steps)
     problem, report = crafted_problem(
@@ -54,7 +54,7 @@ def _problem(setting: dict, args):
 
 
 def one(name: str, args) -> dict:
-    from cbdp_jax._src.class_curve import class_curve
+    from cbdp_jax._src.training_auditor.class_curve import class_curve
 
     setting = SETTINGS[name]
     problem, report, noise = _problem(setting, args)

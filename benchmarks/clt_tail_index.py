@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cbdp_jax._src import certification
+from cbdp_jax._src.estimator import certification
 from cbdp_jax._src.statistics import held_out
 
 CASES = (
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             flush=True,
         )
     if args.out is not None:
-        from cbdp_jax._src.io import environment_info
+        from cbdp_jax._src.infra.io import environment_info
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = {

@@ -5,7 +5,7 @@ training and 100k held-out samples per side, 1000 steps, ensemble 2). With a FRE
 folder (``CBDP_JAX_CACHE_DIR``) it runs:
 
 1. a first process (every program compiled and written to the caches: JAX's compilation cache and
-   the package's program store, ``cbdp_jax/_src/programs.py``);
+   the package's program store, ``cbdp_jax/_src/infra/programs.py``);
 2. a second process (programs loaded from the store);
 3. inside one process, the same estimate twice: the second call is the warm call;
 4. the installed ``cbdp`` executable itself on the same cache (a cross-check of process 2).

@@ -24,7 +24,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from cbdp_jax._src import programs
+from cbdp_jax._src.infra import programs
 from cbdp_jax.estimator import estimate_from_samples
 
 LEVEL = "xla_backend_optimization_level"

@@ -61,8 +61,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cbdp_jax import exact  # noqa: E402
-from cbdp_jax._src.adversary_fitting_ensemble import apply_fn  # noqa: E402
-from cbdp_jax._src.divergences import get_divergence  # noqa: E402
+from cbdp_jax._src.estimator.adversary_fitting_ensemble import apply_fn  # noqa: E402
+from cbdp_jax._src.privacy.divergences import get_divergence  # noqa: E402
 from cbdp_jax._src.statistics.bounds import f_from_renyi, to_reported  # noqa: E402
 from cbdp_jax.adversaries import AdversarySpec  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples  # noqa: E402

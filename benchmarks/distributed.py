@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cbdp_jax._src.io import atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_json, environment_info
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = [

@@ -4,7 +4,7 @@
 rate. This script says where the rest of the time goes. For each setting (width, ensemble size M,
 batch per side) it
 
-1. times the sweep's training program (``cbdp_jax._src.sweep_programs._train_program``: fresh Laplace minibatches
+1. times the sweep's training program (``cbdp_jax._src.estimator.sweep_programs._train_program``: fresh Laplace minibatches
    drawn inside the compiled step, Adam, one validation pass at the end), warm, best of 3, with the FLOPs
    counted from the shapes as in ``scaling.py`` (3 x forward matrix-product FLOPs per sample,
    2 x batch samples per member-step: a lower bound on the work);
@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 import scaling  # noqa: E402
 import throughput  # noqa: E402
 
-from cbdp_jax._src import sweep_programs  # noqa: E402
+from cbdp_jax._src.estimator import sweep_programs  # noqa: E402
 
 GEMM_MARKERS = ("gemm", "xmma", "cutlass", "cublas", "matmul", "wgmma", "__triton_gemm")
 COPY_MARKERS = ("memcpy", "memset", "copy")

@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 import vs_dp_auditorium  # noqa: E402
 from _common import run_record  # noqa: E402
 
-from cbdp_jax._src import estimator as _estimator  # noqa: E402
-from cbdp_jax._src.io import atomic_write_json  # noqa: E402
+from cbdp_jax._src.estimator import estimate as _estimator  # noqa: E402
+from cbdp_jax._src.infra.io import atomic_write_json  # noqa: E402
 from cbdp_jax.audit_suite import MEAN_V2_PAIR, noisy_count_mean  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples  # noqa: E402
 

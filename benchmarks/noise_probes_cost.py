@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
 from cbdp_jax import training_audit as ta  # noqa: E402
-from cbdp_jax._src.noise_probes import noise_defects  # noqa: E402
+from cbdp_jax._src.training_auditor.noise_probes import noise_defects  # noqa: E402
 
 
 def main() -> None:

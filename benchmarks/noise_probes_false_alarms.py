@@ -1,6 +1,6 @@
 """False alarms of the noise probes: how often a correct DP step is named a defect.
 
-The probes (``cbdp_jax/_src/noise_probes.py``, docs/theory/training_audit.md section 11) run at a
+The probes (``cbdp_jax/_src/training_auditor/noise_probes.py``, docs/theory/training_audit.md section 11) run at a
 family-wise level of 1e-6, so a correct step should practically never be named. This script probes
 correct steps that vary the parameter shapes (logistic regression on digits and on the synthetic
 blobs, an MLP, a CNN), the noise multiplier, T, and the post-processing after the DP aggregation
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
 from cbdp_jax import training_audit as ta  # noqa: E402
-from cbdp_jax._src.noise_probes import noise_defects  # noqa: E402
+from cbdp_jax._src.training_auditor.noise_probes import noise_defects  # noqa: E402
 
 
 def _aggregate(then, noise):

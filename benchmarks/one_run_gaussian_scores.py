@@ -31,7 +31,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from cbdp_jax import InvalidParameterError, one_run
-from cbdp_jax._src.io import git_commit
+from cbdp_jax._src.infra.io import git_commit
 
 OUT = Path(__file__).parent / "measured" / "one-run" / "gaussian_scores.json"
 LEVEL, DELTA = 0.95, 1e-5

@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize
 
-from cbdp_jax._src.accounting import dpsgd_delta, dpsgd_epsilon, dpsgd_noise
-from cbdp_jax._src.io import git_commit
-from cbdp_jax._src.one_run import gdp_epsilon, one_run_audit
+from cbdp_jax._src.infra.io import git_commit
+from cbdp_jax._src.mechanism_auditor.one_run import gdp_epsilon, one_run_audit
+from cbdp_jax._src.privacy.accounting import dpsgd_delta, dpsgd_epsilon, dpsgd_noise
 from cbdp_jax.audit import gdp_delta
 
 OUT = Path(__file__).parent / "measured" / "one-run-training" / "score-choice.json"

@@ -67,8 +67,8 @@ def theirs() -> None:
 
 
 def ours() -> None:
-    from cbdp_jax._src.io import git_commit
-    from cbdp_jax._src.one_run import one_run_audit
+    from cbdp_jax._src.infra.io import git_commit
+    from cbdp_jax._src.mechanism_auditor.one_run import one_run_audit
 
     jp = {
         (r["file"], r["run"]): r

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from cbdp_jax import InvalidParameterError, one_run
-from cbdp_jax._src.io import git_commit
+from cbdp_jax._src.infra.io import git_commit
 
 OUT = Path(__file__).parent / "measured" / "one-run" / "summary.json"
 LEVEL = 0.95

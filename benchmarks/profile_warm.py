@@ -84,7 +84,7 @@ def main() -> None:
     )
     # cProfile sees only its own thread, so the profiled call runs the two directions one after
     # the other (the timed calls above ran them side by side): its times are their sum.
-    from cbdp_jax._src import threads
+    from cbdp_jax._src.infra import threads
 
     side_by_side = threads.map_concurrently
     threads.map_concurrently = lambda fn, items, **kw: side_by_side(fn, items, concurrent=False)

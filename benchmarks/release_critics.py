@@ -39,7 +39,7 @@ from user_noise_bugs import correct, even_steps, key_reuse, scalar_noise, user_s
 from user_noise_bugs import problem as problem_with  # noqa: E402
 
 from cbdp_jax import training_audit as ta  # noqa: E402
-from cbdp_jax._src.hockey_stick import tail_epsilon  # noqa: E402
+from cbdp_jax._src.mechanism_auditor.hockey_stick import tail_epsilon  # noqa: E402
 from cbdp_jax._src.statistics import binomial  # noqa: E402
 from cbdp_jax._src.statistics.bounds import family_confidence  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 For each class (linear; ReLU MLPs of two hidden layers of width 8, 32, 128 and 512) and each ensemble
 size M = 1, 4, 16, ..., 4096 (quick: up to 256, widths up to 128) this times ONE compiled sweep training
-program (``cbdp_jax._src.sweep_programs._train_program``: fresh Laplace minibatches of ``batch`` samples per side
+program (``cbdp_jax._src.estimator.sweep_programs._train_program``: fresh Laplace minibatches of ``batch`` samples per side
 drawn inside the compiled step, Adam, one shared noise draw per step, one validation pass at the end).
 Times are warm (best of ``repeats`` calls, after one untimed call); compile times are separate.
 
@@ -48,7 +48,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import throughput  # noqa: E402
 
-from cbdp_jax._src import sweep_programs  # noqa: E402
+from cbdp_jax._src.estimator import sweep_programs  # noqa: E402
 
 # Vendor dense peaks in FLOP/s (NVIDIA H100 SXM5 / H200 SXM datasheets; no sparsity).
 SPEC_PEAKS = {

@@ -1,6 +1,6 @@
 """Training throughput: one vmapped program over an ensemble versus a Python loop over its members.
 
-Both sides run the SAME compiled sweep training program (cbdp_jax._src.sweep_programs._train_program: fresh
+Both sides run the SAME compiled sweep training program (cbdp_jax._src.estimator.sweep_programs._train_program: fresh
 Laplace minibatches drawn inside a lax.scan, Adam, early stopping on a validation sample); the vmapped
 side calls it once with all M members, the loop side calls the same program compiled for one member M
 times (inputs pre-sliced; all calls dispatched, then one block_until_ready). The results are the same
@@ -30,8 +30,12 @@ import _common  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from cbdp_jax._src import sweep_plan, sweep_programs, sweep_types  # noqa: E402
-from cbdp_jax._src.evaluation import z_quantile  # noqa: E402
+from cbdp_jax._src.estimator import (
+    sweep_plan,
+    sweep_programs,
+    sweep_types,  # noqa: E402
+)
+from cbdp_jax._src.estimator.evaluation import z_quantile  # noqa: E402
 from cbdp_jax.mechanisms import LaplaceMechanism  # noqa: E402
 
 # The headline setting: 256 linear adversaries, 16 fresh samples per side per step, 1000 steps (one

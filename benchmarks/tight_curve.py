@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from cbdp_jax import audit as au
-from cbdp_jax._src.hockey_stick import gaussian_sigma_for
-from cbdp_jax._src.io import atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_json, environment_info
+from cbdp_jax._src.mechanism_auditor.hockey_stick import gaussian_sigma_for
 from cbdp_jax.audit_suite import SUITE, as_arrays
 
 

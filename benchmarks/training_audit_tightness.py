@@ -36,7 +36,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from cbdp_jax import training_audit as ta  # noqa: E402
-from cbdp_jax._src.accounting import _composed  # noqa: E402
+from cbdp_jax._src.privacy.accounting import _composed  # noqa: E402
 from cbdp_jax._src.statistics.binomial import (  # noqa: E402
     clopper_pearson_lower,
     clopper_pearson_upper,

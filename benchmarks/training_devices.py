@@ -6,7 +6,7 @@ in three layouts, each in its own process(es) so that JAX's device count is set 
 
 * one process, one CPU device;
 * one process, two CPU devices (``--xla_force_host_platform_device_count=2``);
-* two processes of one device each, joined by ``jax.distributed`` (cbdp_jax._src.launch, gloo).
+* two processes of one device each, joined by ``jax.distributed`` (cbdp_jax._src.infra.launch, gloo).
 
 Each layout runs the trainings twice (the first compiles; the second, with another key, is
 timed), then once more with the reference key; the scores of that last call are compared with the
@@ -35,7 +35,7 @@ PROBLEM = dict(model="logreg", data="digits", n=1000, sampler="poisson", rate=0.
 
 
 def worker(out: str, runs: int) -> None:
-    from cbdp_jax._src.launch import ProcessSpec, exit_with_launcher, initialize
+    from cbdp_jax._src.infra.launch import ProcessSpec, exit_with_launcher, initialize
 
     spec = ProcessSpec.from_env()
     if spec is not None:
@@ -64,7 +64,7 @@ def worker(out: str, runs: int) -> None:
 
 
 def _layout(name: str, runs: int, tmp: Path) -> dict:
-    from cbdp_jax._src.launch import launch
+    from cbdp_jax._src.infra.launch import launch
 
     out = tmp / f"{name}.npy"
     argv = [str(Path(__file__).resolve()), "--worker", str(out), "--runs", str(runs)]

@@ -40,7 +40,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from cbdp_jax import training_audit as ta  # noqa: E402
-from cbdp_jax._src import batch_sampling, ghost_clipping, training_runs  # noqa: E402
+from cbdp_jax._src.training_auditor import batch_sampling, ghost_clipping
+from cbdp_jax._src.training_auditor import runs as training_runs  # noqa: E402
 
 PARTS = ("sampling", "noise", "gradients and clipping", "score")
 
@@ -82,7 +83,7 @@ def without(part: str | None):
     elif part == "noise":
         zeros = lambda key, shape, dtype=jnp.float32: jnp.zeros(shape, dtype)
         with contextlib.suppress(ImportError):
-            from cbdp_jax._src import normal_draws
+            from cbdp_jax._src.training_auditor import normal_draws
 
             patch(normal_draws, "normal", zeros)
         patch(jax.random, "normal", zeros)

@@ -45,8 +45,8 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import parser, setup_device, write  # noqa: E402
 
-from cbdp_jax._src.accounting import dpsgd_epsilon  # noqa: E402
-from cbdp_jax._src.audit_io import import_attribute  # noqa: E402
+from cbdp_jax._src.mechanism_auditor.loading import import_attribute  # noqa: E402
+from cbdp_jax._src.privacy.accounting import dpsgd_epsilon  # noqa: E402
 from cbdp_jax.audit import parse_claim  # noqa: E402
 from cbdp_jax.training_audit import (  # noqa: E402
     audit_training,

@@ -14,9 +14,9 @@ estimator's executables in ``programs/`` there, so that its next process skips t
 (``CBDP_JAX_PROGRAM_CACHE=0`` turns that off).
 """
 
-from cbdp_jax._src.cache import enable_compilation_cache as _enable_compilation_cache
-from cbdp_jax._src.validation import InvalidParameterError as InvalidParameterError
-from cbdp_jax._src.version import __version__ as __version__
+from cbdp_jax._src.infra.cache import enable_compilation_cache as _enable_compilation_cache
+from cbdp_jax._src.infra.validation import InvalidParameterError as InvalidParameterError
+from cbdp_jax._src.infra.version import __version__ as __version__
 
 _enable_compilation_cache()
 

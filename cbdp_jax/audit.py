@@ -12,32 +12,32 @@ Examples:
 
 """
 
-from cbdp_jax._src.audit import audit as audit
-from cbdp_jax._src.audit_claims import CLAIM_KINDS as CLAIM_KINDS
-from cbdp_jax._src.audit_claims import DEFAULT_ARCHITECTURES as DEFAULT_ARCHITECTURES
-from cbdp_jax._src.audit_claims import Claim as Claim
-from cbdp_jax._src.audit_claims import parse_architecture as parse_architecture
-from cbdp_jax._src.audit_claims import parse_claim as parse_claim
-from cbdp_jax._src.audit_config import AuditConfig as AuditConfig
-from cbdp_jax._src.audit_epsilon import EmpiricalEpsilon as EmpiricalEpsilon
-from cbdp_jax._src.audit_epsilon import empirical_epsilon as empirical_epsilon
-from cbdp_jax._src.audit_epsilon import gdp_delta as gdp_delta
-from cbdp_jax._src.audit_io import AuditMechanism as AuditMechanism
-from cbdp_jax._src.audit_io import AuditRefusedError as AuditRefusedError
-from cbdp_jax._src.audit_io import load_mechanism as load_mechanism
-from cbdp_jax._src.audit_io import load_samples as load_samples
-from cbdp_jax._src.audit_io import parse_dataset as parse_dataset
-from cbdp_jax._src.audit_pairs import RELATIONS as RELATIONS
-from cbdp_jax._src.audit_pairs import DatasetSpace as DatasetSpace
-from cbdp_jax._src.audit_pairs import gradient_pair as gradient_pair
-from cbdp_jax._src.audit_pairs import screen_score as screen_score
-from cbdp_jax._src.audit_pairs import search_pair as search_pair
-from cbdp_jax._src.audit_report import write_report as write_report
-from cbdp_jax._src.audit_results import AuditResult as AuditResult
-from cbdp_jax._src.audit_results import BlindSpot as BlindSpot
-from cbdp_jax._src.audit_results import Defect as Defect
-from cbdp_jax._src.audit_results import Row as Row
-from cbdp_jax._src.audit_results import ViolationPoint as ViolationPoint
+from cbdp_jax._src.mechanism_auditor.audit import audit as audit
+from cbdp_jax._src.mechanism_auditor.claims import CLAIM_KINDS as CLAIM_KINDS
+from cbdp_jax._src.mechanism_auditor.claims import DEFAULT_ARCHITECTURES as DEFAULT_ARCHITECTURES
+from cbdp_jax._src.mechanism_auditor.claims import Claim as Claim
+from cbdp_jax._src.mechanism_auditor.claims import parse_architecture as parse_architecture
+from cbdp_jax._src.mechanism_auditor.claims import parse_claim as parse_claim
+from cbdp_jax._src.mechanism_auditor.config import AuditConfig as AuditConfig
+from cbdp_jax._src.mechanism_auditor.epsilon import EmpiricalEpsilon as EmpiricalEpsilon
+from cbdp_jax._src.mechanism_auditor.epsilon import empirical_epsilon as empirical_epsilon
+from cbdp_jax._src.mechanism_auditor.epsilon import gdp_delta as gdp_delta
+from cbdp_jax._src.mechanism_auditor.loading import AuditMechanism as AuditMechanism
+from cbdp_jax._src.mechanism_auditor.loading import AuditRefusedError as AuditRefusedError
+from cbdp_jax._src.mechanism_auditor.loading import load_mechanism as load_mechanism
+from cbdp_jax._src.mechanism_auditor.loading import load_samples as load_samples
+from cbdp_jax._src.mechanism_auditor.loading import parse_dataset as parse_dataset
+from cbdp_jax._src.mechanism_auditor.pairs import RELATIONS as RELATIONS
+from cbdp_jax._src.mechanism_auditor.pairs import DatasetSpace as DatasetSpace
+from cbdp_jax._src.mechanism_auditor.pairs import gradient_pair as gradient_pair
+from cbdp_jax._src.mechanism_auditor.pairs import screen_score as screen_score
+from cbdp_jax._src.mechanism_auditor.pairs import search_pair as search_pair
+from cbdp_jax._src.mechanism_auditor.report import write_report as write_report
+from cbdp_jax._src.mechanism_auditor.results import AuditResult as AuditResult
+from cbdp_jax._src.mechanism_auditor.results import BlindSpot as BlindSpot
+from cbdp_jax._src.mechanism_auditor.results import Defect as Defect
+from cbdp_jax._src.mechanism_auditor.results import Row as Row
+from cbdp_jax._src.mechanism_auditor.results import ViolationPoint as ViolationPoint
 
 __all__ = [
     "CLAIM_KINDS",

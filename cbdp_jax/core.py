@@ -7,18 +7,20 @@ The estimator and the sweep are drivers around these functions. ``fit`` turns a 
 the fixed critic that held-out evaluation certifies (docs/theory/objectives.md).
 """
 
-from cbdp_jax._src.adversaries import ClassProperties as ClassProperties
-from cbdp_jax._src.adversaries import CustomAdversary as CustomAdversary
-from cbdp_jax._src.adversary_fitting import train_ensemble as train_ensemble
-from cbdp_jax._src.adversary_fitting_ensemble import early_stopping_scan as early_stopping_scan
-from cbdp_jax._src.adversary_fitting_ensemble import init_ensemble as init_ensemble
-from cbdp_jax._src.core import StepInfo as StepInfo
-from cbdp_jax._src.core import Trainer as Trainer
-from cbdp_jax._src.core import TrainState as TrainState
-from cbdp_jax._src.core import default_optimizer as default_optimizer
-from cbdp_jax._src.core import fit as fit
-from cbdp_jax._src.core import set_learning_rate as set_learning_rate
-from cbdp_jax._src.core import trainer as trainer
+from cbdp_jax._src.estimator.adversaries import ClassProperties as ClassProperties
+from cbdp_jax._src.estimator.adversaries import CustomAdversary as CustomAdversary
+from cbdp_jax._src.estimator.adversary_fitting import train_ensemble as train_ensemble
+from cbdp_jax._src.estimator.adversary_fitting_ensemble import (
+    early_stopping_scan as early_stopping_scan,
+)
+from cbdp_jax._src.estimator.adversary_fitting_ensemble import init_ensemble as init_ensemble
+from cbdp_jax._src.estimator.core import StepInfo as StepInfo
+from cbdp_jax._src.estimator.core import Trainer as Trainer
+from cbdp_jax._src.estimator.core import TrainState as TrainState
+from cbdp_jax._src.estimator.core import default_optimizer as default_optimizer
+from cbdp_jax._src.estimator.core import fit as fit
+from cbdp_jax._src.estimator.core import set_learning_rate as set_learning_rate
+from cbdp_jax._src.estimator.core import trainer as trainer
 
 __all__ = [
     "ClassProperties",

@@ -17,22 +17,24 @@ Examples:
 
 """
 
-from cbdp_jax._src.one_run import METHODS as METHODS
-from cbdp_jax._src.one_run import OneRunBound as OneRunBound
-from cbdp_jax._src.one_run import count_correct as count_correct
-from cbdp_jax._src.one_run import dp_false_rate as dp_false_rate
-from cbdp_jax._src.one_run import family_weights as family_weights
-from cbdp_jax._src.one_run import fdp_epsilon as fdp_epsilon
-from cbdp_jax._src.one_run import fdp_gdp_mu as fdp_gdp_mu
-from cbdp_jax._src.one_run import fdp_refutes as fdp_refutes
-from cbdp_jax._src.one_run import gdp_epsilon as gdp_epsilon
-from cbdp_jax._src.one_run import gdp_false_rate as gdp_false_rate
-from cbdp_jax._src.one_run import guess_candidates as guess_candidates
-from cbdp_jax._src.one_run import one_run_audit as one_run_audit
-from cbdp_jax._src.one_run import steinke_epsilon as steinke_epsilon
-from cbdp_jax._src.one_run import steinke_p_value as steinke_p_value
-from cbdp_jax._src.one_run_scores import GaussianScoresFit as GaussianScoresFit
-from cbdp_jax._src.one_run_scores import gaussian_scores_fit as gaussian_scores_fit
+from cbdp_jax._src.mechanism_auditor.one_run import METHODS as METHODS
+from cbdp_jax._src.mechanism_auditor.one_run import OneRunBound as OneRunBound
+from cbdp_jax._src.mechanism_auditor.one_run import count_correct as count_correct
+from cbdp_jax._src.mechanism_auditor.one_run import dp_false_rate as dp_false_rate
+from cbdp_jax._src.mechanism_auditor.one_run import family_weights as family_weights
+from cbdp_jax._src.mechanism_auditor.one_run import fdp_epsilon as fdp_epsilon
+from cbdp_jax._src.mechanism_auditor.one_run import fdp_gdp_mu as fdp_gdp_mu
+from cbdp_jax._src.mechanism_auditor.one_run import fdp_refutes as fdp_refutes
+from cbdp_jax._src.mechanism_auditor.one_run import gdp_epsilon as gdp_epsilon
+from cbdp_jax._src.mechanism_auditor.one_run import gdp_false_rate as gdp_false_rate
+from cbdp_jax._src.mechanism_auditor.one_run import guess_candidates as guess_candidates
+from cbdp_jax._src.mechanism_auditor.one_run import one_run_audit as one_run_audit
+from cbdp_jax._src.mechanism_auditor.one_run import steinke_epsilon as steinke_epsilon
+from cbdp_jax._src.mechanism_auditor.one_run import steinke_p_value as steinke_p_value
+from cbdp_jax._src.mechanism_auditor.one_run_scores import GaussianScoresFit as GaussianScoresFit
+from cbdp_jax._src.mechanism_auditor.one_run_scores import (
+    gaussian_scores_fit as gaussian_scores_fit,
+)
 
 __all__ = [
     "METHODS",

@@ -161,7 +161,7 @@ _PRIVATE: set[str] = set()
 def _resolve(app, env, node, contnode):
     """Resolves what the Python domain could not: private names to their public documented name.
 
-    Signatures and docstrings name objects where they are defined (``cbdp_jax._src.estimator.X``, or a
+    Signatures and docstrings name objects where they are defined (``cbdp_jax._src.estimator.estimate.X``, or a
     short ``:class:`Bound``` in a private module); the reference documents them where users import them
     (``cbdp_jax.estimator.X``), and the link goes there. A name that only exists privately (a helper a
     docstring mentions) is shown as code without a link. Any other name -- a misspelt or removed one --

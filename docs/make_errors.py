@@ -20,7 +20,7 @@ jax.config.update("jax_enable_x64", True)  # as in tests/conftest.py
 
 import test_reliability as cases  # noqa: E402
 
-from cbdp_jax._src.io import atomic_write_text  # noqa: E402
+from cbdp_jax._src.infra.io import atomic_write_text  # noqa: E402
 
 HEADER = """# Bad input: what each entry point says
 
@@ -96,7 +96,7 @@ warning: compiled programs in /scratch/shared/cache are not used (neither
 
 The run goes on without the caches (it compiles, as with `CBDP_JAX_COMPILATION_CACHE=0`). Fix the
 folder (`chmod 700`, or `chown` it back) or point `CBDP_JAX_CACHE_DIR` at a folder of your own. The
-checks are in `cbdp_jax/_src/store_safety.py`; `tests/test_store_safety.py` plants a pickle that would
+checks are in `cbdp_jax/_src/infra/store_safety.py`; `tests/test_store_safety.py` plants a pickle that would
 write a marker file in such folders and shows it is never loaded.
 """
 

@@ -5,7 +5,7 @@ without the global flag (the exact layer computes in float64 on its own). Tests 
 from JAX itself carry the ``x64`` marker and run with ``jax.enable_x64(True)`` around them; run only
 those with ``python -m pytest -q -m x64``.
 
-The program store (``cbdp_jax/_src/programs.py``: compiled programs kept on disk for the next ``cbdp``
+The program store (``cbdp_jax/_src/infra/programs.py``: compiled programs kept on disk for the next ``cbdp``
 process) is off for the whole suite, subprocesses included: a test that patches library code must never
 be served an executable stored from the unpatched code. ``tests/test_programs.py`` switches it on in a
 folder of its own.
@@ -24,7 +24,7 @@ property test that fails once fails every time, and CI cannot be red by the luck
 ``HYPOTHESIS_PROFILE=explore`` to draw fresh examples locally.
 
 On a GPU the suite asks XLA for deterministic kernels (``--xla_gpu_deterministic_ops=true`` in
-``XLA_FLAGS``, unless the flag is set already; ``cbdp_jax._src.determinism``), as the ``cbdp`` command
+``XLA_FLAGS``, unless the flag is set already; ``cbdp_jax._src.infra.determinism``), as the ``cbdp`` command
 does for its processes: the
 tests that compare two runs bit for bit (the two directions in threads against one thread, the same key
 twice) test the library's promise under the setting that makes it (docs/guide/scaling.md, "On a GPU").
@@ -40,7 +40,7 @@ import jax
 import pytest
 from hypothesis import settings
 
-from cbdp_jax._src.determinism import request_deterministic_gpu_ops
+from cbdp_jax._src.infra.determinism import request_deterministic_gpu_ops
 
 request_deterministic_gpu_ops()  # before any test initialises JAX's backend
 
@@ -107,10 +107,11 @@ def no_noise_probes():
     end to end included. Module-scoped, so the module's tests still share the mechanisms (and compiled
     programs) ``audit_training`` keeps; those are dropped before and after the module, so no test is
     served a mechanism prepared under the other setting."""
-    from cbdp_jax._src import training_audit, training_runs
+    from cbdp_jax._src.training_auditor import audit_training as training_audit
+    from cbdp_jax._src.training_auditor import prepare
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(training_runs, "noise_defects", lambda *args, **kwargs: ())
+        patch.setattr(prepare, "noise_defects", lambda *args, **kwargs: ())
         training_audit._MECHANISMS.clear()
         yield
         training_audit._MECHANISMS.clear()

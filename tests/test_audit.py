@@ -163,7 +163,7 @@ def test_claimed_delta_does_not_overflow_for_a_large_epsilon():
 def test_a_set_refutes_with_the_randomized_responses_trade_off():
     # (eps, delta)-DP in both directions: P(S) <= e^eps Q(S) + delta and 1 - Q(S) <= e^eps (1 - P(S))
     # + delta. A set with P(S) = 0.99, Q(S) = 0.5 refutes eps < log(0.5 / 0.01) via the complement.
-    from cbdp_jax._src.hockey_stick import tail_epsilon
+    from cbdp_jax._src.mechanism_auditor.hockey_stick import tail_epsilon
 
     assert tail_epsilon(0.99, 0.5, 0.0) == pytest.approx(math.log(50.0), rel=1e-12)
     assert tail_epsilon(0.02, 0.001, 0.0) == pytest.approx(math.log(20.0), rel=1e-12)

@@ -12,7 +12,8 @@ import pytest
 
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import audit as au
-from cbdp_jax._src import audit_certify, audit_verdict
+from cbdp_jax._src.mechanism_auditor import certify as audit_certify
+from cbdp_jax._src.mechanism_auditor import verdict as audit_verdict
 
 
 def _gauss(key, d, n):
@@ -95,7 +96,7 @@ def test_the_audited_architecture_is_the_claims(monkeypatch):
         seen.append({k: kw[k] for k in ("adversary", "width", "depth") if k in kw})
         return Fake()
 
-    import cbdp_jax._src.estimator as est
+    import cbdp_jax._src.estimator.estimate as est
 
     monkeypatch.setattr(est, "estimate_from_samples", fake)
     x = np.zeros((200, 1))

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import adversary_fitting, adversary_fitting_ensemble, sizes
-from cbdp_jax._src.core import trainer
+from cbdp_jax._src.estimator import adversary_fitting, adversary_fitting_ensemble
+from cbdp_jax._src.estimator.core import trainer
+from cbdp_jax._src.infra import sizes
 from cbdp_jax.adversaries import AdversarySpec
 from cbdp_jax.divergences import Divergence
 from cbdp_jax.estimator import (

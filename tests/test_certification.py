@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from cbdp_jax import exact
-from cbdp_jax._src import certification, certification_choice, certification_support
-from cbdp_jax._src.divergences import get_divergence
+from cbdp_jax._src.estimator import certification, certification_choice, certification_support
+from cbdp_jax._src.privacy.divergences import get_divergence
 from cbdp_jax._src.statistics import held_out
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import LaplaceMechanism, NonPrivateRelease, RandomizedResponse
@@ -269,7 +269,7 @@ def test_kl_conservative_fit_matches_scoring_every_candidate():
     light- and heavy-tailed validation outputs (the heavy ones move the choice away from k = 0)."""
     import jax.numpy as jnp
 
-    from cbdp_jax._src.objectives import (
+    from cbdp_jax._src.estimator.objectives import (
         CONSERVATIVE_CANDIDATES,
         conservative_fit,
         objective_functions,
@@ -305,8 +305,8 @@ def test_conservative_fit_shrinks_a_heavy_tailed_scale_and_keeps_a_light_one():
     # the best validation lower bound sits below the closed-form scale; a Gaussian h keeps it.
     import jax.numpy as jnp
 
-    from cbdp_jax._src.divergences import alpha_conjugate
-    from cbdp_jax._src.objectives import conservative_fit, objective_functions
+    from cbdp_jax._src.estimator.objectives import conservative_fit, objective_functions
+    from cbdp_jax._src.privacy.divergences import alpha_conjugate
 
     conj = objective_functions("renyi_scale_free", "renyi", "abs").conjugate
     rng = np.random.default_rng(12)

@@ -19,10 +19,12 @@ import pytest
 
 from cbdp_jax import analytic, exact
 from cbdp_jax import audit as au
-from cbdp_jax._src import audit_epsilon, audit_verdict, certification
-from cbdp_jax._src.audit_certify import _estimator_row
-from cbdp_jax._src.audit_claims import Claim
-from cbdp_jax._src.divergences import get_divergence
+from cbdp_jax._src.estimator import certification
+from cbdp_jax._src.mechanism_auditor import epsilon as audit_epsilon
+from cbdp_jax._src.mechanism_auditor import verdict as audit_verdict
+from cbdp_jax._src.mechanism_auditor.certify import _estimator_row
+from cbdp_jax._src.mechanism_auditor.claims import Claim
+from cbdp_jax._src.privacy.divergences import get_divergence
 from cbdp_jax._src.statistics import bounds, held_out
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import LaplaceMechanism
@@ -395,7 +397,7 @@ def test_the_renyi_validation_score_prefers_the_critic_whose_value_the_data_conf
     # 20,000 per side, the raw scale-free value prefers the worse hinge 29 times (the failure mode that
     # picked an overestimated critic at 10^6 samples: the negative control, asserted >= 15, 3 SD below
     # its binomial expectation), the score (value - 1.645 delta-method SE) 4 times (asserted <= 10).
-    from cbdp_jax._src.objectives import _renyi_scale_free_value, renyi_scale_free_score
+    from cbdp_jax._src.estimator.objectives import _renyi_scale_free_value, renyi_scale_free_score
 
     sigma, alpha, n = 1.25, 4.0, 20_000
 
@@ -422,7 +424,7 @@ def test_the_renyi_validation_score_gives_no_credit_where_q_has_no_samples():
     # -1.29 (quadrature), a plain hinge towards P, relu(0.5 - x), has 1.32. Over 50 validation draws
     # of 25,000 per side the raw form prefers the exploiting hinge 27 times (negative control, asserted
     # >= 12); the score, which clips h_p to the range of h_q, never does (asserted <= 2).
-    from cbdp_jax._src.objectives import _renyi_scale_free_value, renyi_scale_free_score
+    from cbdp_jax._src.estimator.objectives import _renyi_scale_free_value, renyi_scale_free_score
 
     sigma, alpha, n = 0.8, 2.0, 25_000
 
@@ -456,7 +458,7 @@ def test_the_renyi_validation_score_credits_an_atom_of_p_where_q_has_no_mass():
     # lies within 0.1 of the population value less the phantom's charge (2 log 4 - log(1 + 121 / m)):
     # the form's delta-method SE is about 0.017 here, so the subtracted 1.645 SE (0.03) plus 4 SE of
     # sampling noise stay inside 0.1.
-    from cbdp_jax._src.objectives import _penalised_form, renyi_scale_free_score
+    from cbdp_jax._src.estimator.objectives import _penalised_form, renyi_scale_free_score
 
     alpha, n = 2.0, 20_000
     atom = lambda x: 1.0 + 10.0 * (x == 0.0)

@@ -78,7 +78,7 @@ def run_narrow(*args):
 
 def _shown(value) -> str:
     """A JSON number as the table must show it: rounded for reading (the JSON keeps every digit)."""
-    from cbdp_jax._src.display import number
+    from cbdp_jax._src.infra.display import number
 
     return number(value)
 
@@ -124,7 +124,7 @@ def test_readability_check_catches_the_old_horizontal_table():
 
 
 def test_a_value_too_wide_for_its_column_is_wrapped_never_cut():
-    from cbdp_jax._src.tables import render_record
+    from cbdp_jax._src.infra.tables import render_record
 
     reason = (
         "degree 30 is above the largest degree this family's moments certify; the walk stopped at "
@@ -210,7 +210,7 @@ def test_reference_value_is_the_exact_or_the_unrestricted_value(
     mechanism, params, adversary, options, divergence, alpha, kind
 ):
     from cbdp_jax import analytic, exact
-    from cbdp_jax._src.reference import reference_for
+    from cbdp_jax._src.estimator.reference import reference_for
     from cbdp_jax.adversaries import make_adversary
 
     spec = make_adversary(adversary, **options)
@@ -403,7 +403,7 @@ def test_the_demo_table_fits_80_columns_without_cutting_a_label():
     # `cbdp demo` piped with COLUMNS=80 (small sizes: the tables' shape, not their numbers): every line
     # fits, no cell is cut with an ellipsis, no header is broken inside a word, and the labels appear
     # whole (tests/test_columns.py checks the same of render_table without training).
-    code = "from cbdp_jax._src.demo import run_demo; run_demo(samples=2000, steps=20)"
+    code = "from cbdp_jax._src.estimator.demo import run_demo; run_demo(samples=2000, steps=20)"
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=NARROW
     )
@@ -453,7 +453,7 @@ def test_the_80_column_check_catches_a_table_that_cuts_its_cells():
     ids=["unset", "other flags kept", "user's value kept"],
 )
 def test_cbdp_processes_ask_for_deterministic_gpu_kernels(monkeypatch, before, after):
-    from cbdp_jax._src.determinism import request_deterministic_gpu_ops
+    from cbdp_jax._src.infra.determinism import request_deterministic_gpu_ops
 
     if before is None:
         monkeypatch.delenv("XLA_FLAGS", raising=False)

@@ -21,7 +21,7 @@ import pytest
 RUNNER = """
 import contextlib, io, json, sys
 from cbdp_jax import cli
-from cbdp_jax._src import training_runs
+from cbdp_jax._src.training_auditor import runs as training_runs
 training_runs.noise_defects = lambda *args, **kwargs: ()
 out = []
 for args in json.load(sys.stdin):
@@ -231,7 +231,7 @@ def test_init_average_case_is_a_black_box_audit_with_its_start(runs):
 def test_the_bug_help_lists_every_library_bug_and_the_blind_spot_table():
     from typer.testing import CliRunner
 
-    from cbdp_jax._src.planted_bugs import visibility_text
+    from cbdp_jax._src.training_auditor.planted_bugs import visibility_text
     from cbdp_jax.cli import app
     from cbdp_jax.training_audit import BUGS
 
@@ -247,9 +247,9 @@ def test_the_bug_help_lists_every_library_bug_and_the_blind_spot_table():
 def test_the_blind_spot_table_is_what_the_probes_report():
     # The help's table (planted_bugs.BLIND_AT_DEFAULTS) against the audit's probes on the command
     # line's defaults (only T is smaller: the probes do not train), every bug and threat.
-    from cbdp_jax._src.crafted_init import INITS
-    from cbdp_jax._src.planted_bugs import BLIND_AT_DEFAULTS, BUGS, THREAT_ORDER
-    from cbdp_jax._src.training_problem import DEFAULT_CANARY_NORM, THREATS
+    from cbdp_jax._src.training_auditor.crafted_init import INITS
+    from cbdp_jax._src.training_auditor.planted_bugs import BLIND_AT_DEFAULTS, BUGS, THREAT_ORDER
+    from cbdp_jax._src.training_auditor.problem import DEFAULT_CANARY_NORM, THREATS
     from cbdp_jax.cli import audit_training as cmd
     from cbdp_jax.training_audit import build_problem, prepare
 

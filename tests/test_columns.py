@@ -85,7 +85,7 @@ def _fake_rows():
 
 
 def test_demo_tables_fit_80_columns_and_label_the_bounds_on_another_class():
-    from cbdp_jax._src.demo import render_table
+    from cbdp_jax._src.estimator.demo import render_table
 
     text = render_table(_fake_rows(), 100_000, 54.0, "cpu", width=80)
     lines = text.splitlines()
@@ -133,7 +133,7 @@ def test_audit_table_fits_80_columns_and_says_nothing_certified():
 
 
 def test_suite_rows_fit_80_columns_and_say_why_an_unrefuted_flaw_is_expected():
-    from cbdp_jax._src.audit_suite import SUITE
+    from cbdp_jax._src.mechanism_auditor.suite import SUITE
     from cbdp_jax.cli.audit import _SUITE_HEADER, _suite_lines
 
     assert len(_SUITE_HEADER) <= 80
@@ -197,7 +197,7 @@ def test_a_bound_on_a_shrunk_critic_far_from_the_estimate_is_labelled_too():
     # The KL row: a bound 9 standard errors under the estimate, on the critic as shrunk for
     # its guarantee; the row is marked and its note gives that critic's own estimate. A shrunk
     # critic within 2 standard errors of the estimate needs no note (negative control).
-    from cbdp_jax._src.demo import render_table
+    from cbdp_jax._src.estimator.demo import render_table
 
     base = dict(mechanism="Gauss sigma=1", divergence="KL", adversary="mlp(32x2)", estimate=0.4812,
                 lower_bound=0.4012, std_error=0.0089, bound_reliable=True,

@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import adversary_fitting, adversary_fitting_ensemble, evaluation
+from cbdp_jax._src.estimator import adversary_fitting, adversary_fitting_ensemble, evaluation
 from cbdp_jax.adversaries import AdversarySpec, ClassProperties, CustomAdversary
 from cbdp_jax.core import fit, trainer
 from cbdp_jax.divergences import Divergence

@@ -1,5 +1,5 @@
-"""Worst-case initial parameters (cbdp_jax._src.crafted_init): the construction's conditions, the final
-loss's exact Gaussian law, and the adversary-class curve on the same runs (cbdp_jax._src.class_curve)."""
+"""Worst-case initial parameters (cbdp_jax._src.training_auditor.crafted_init): the construction's conditions, the final
+loss's exact Gaussian law, and the adversary-class curve on the same runs (cbdp_jax._src.training_auditor.class_curve)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src import class_curve as cc
-from cbdp_jax._src import crafted_init as ci
-from cbdp_jax._src.accounting import dpsgd_epsilon, dpsgd_noise
+from cbdp_jax._src.privacy.accounting import dpsgd_epsilon, dpsgd_noise
+from cbdp_jax._src.training_auditor import class_curve as cc
+from cbdp_jax._src.training_auditor import crafted_init as ci
 
 # the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
 pytestmark = pytest.mark.usefixtures("no_noise_probes")

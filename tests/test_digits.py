@@ -5,8 +5,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from cbdp_jax._src.digits import load_digits
-from cbdp_jax._src.training_setups import load_data
+from cbdp_jax._src.training_auditor.digits import load_digits
+from cbdp_jax._src.training_auditor.setups import load_data
 
 # Per-class counts of the 1797 images (scikit-learn's DESCR: about 180 per class).
 CLASS_COUNTS = [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cbdp_jax._src.launch import DistributedError, ProcessSpec, free_port, launch
-from cbdp_jax._src.validation import InvalidParameterError
+from cbdp_jax._src.infra.launch import DistributedError, ProcessSpec, free_port, launch
+from cbdp_jax._src.infra.validation import InvalidParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = [
@@ -203,11 +203,11 @@ def test_rerun_after_a_kill_resumes_and_matches_a_clean_run(tmp_path):
 
 
 _PARENT = (
-    "import sys; from cbdp_jax._src.launch import launch; "
+    "import sys; from cbdp_jax._src.infra.launch import launch; "
     "launch(['-c', sys.argv[1]], 2, log_dir=sys.argv[2], timeout=120)"
 )
 _CHILD_WATCHED = (
-    "from cbdp_jax._src.launch import exit_with_launcher; exit_with_launcher(0.2); "
+    "from cbdp_jax._src.infra.launch import exit_with_launcher; exit_with_launcher(0.2); "
     "import time; time.sleep(120)"
 )
 _CHILD_UNWATCHED = "import time; time.sleep(120)"

@@ -49,7 +49,7 @@ PAGE = """# Planted
 .. automodule:: cbdp_jax.one_run
 ```
 
-{{func}}`cbdp_jax.one_run.one_run_audit` and {{class}}`cbdp_jax._src.validation.InvalidParameterError`;
+{{func}}`cbdp_jax.one_run.one_run_audit` and {{class}}`cbdp_jax._src.infra.validation.InvalidParameterError`;
 [the section](#planted). {error}
 """
 ERRORS = {

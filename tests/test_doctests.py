@@ -24,7 +24,7 @@ MODULES = sorted(
 
 # The estimator's and the sweep's examples train adversaries (about 15 s each on 2 cores): they run
 # with -m slow and in CI (marker ci); every other module's examples run by default.
-SLOW_MODULES = ("cbdp_jax._src.estimator", "cbdp_jax._src.sweep")
+SLOW_MODULES = ("cbdp_jax._src.estimator.estimate", "cbdp_jax._src.estimator.sweep")
 
 
 class Finder(doctest.DocTestFinder):

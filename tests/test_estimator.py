@@ -196,7 +196,7 @@ def test_both_directions_and_bonferroni_bound():
 
 
 def test_second_call_with_same_shapes_does_not_recompile(max_traces):
-    from cbdp_jax._src import adversary_fitting, evaluation
+    from cbdp_jax._src.estimator import adversary_fitting, evaluation
 
     p, q = _laplace_samples(11, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
@@ -209,7 +209,7 @@ def test_second_call_with_same_shapes_does_not_recompile(max_traces):
 def test_a_new_step_count_or_sample_size_does_not_retrace_the_training(max_traces):
     """The step count, the evaluation interval and the patience are run-time bounds of one training
     program, and the training arrays are padded to a bucket: none of them retraces it."""
-    from cbdp_jax._src import adversary_fitting
+    from cbdp_jax._src.estimator import adversary_fitting
 
     p, q = _laplace_samples(13, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)
@@ -221,7 +221,7 @@ def test_a_new_step_count_or_sample_size_does_not_retrace_the_training(max_trace
 
 def test_the_trace_guard_catches_a_retrace(max_traces):
     """Negative control: a new minibatch size (a shape) retraces, and the guard above says so."""
-    from cbdp_jax._src import adversary_fitting
+    from cbdp_jax._src.estimator import adversary_fitting
 
     p, q = _laplace_samples(13, 4_000)
     cfg = EstimatorConfig(steps=200, ensemble=2, batch_size=512)

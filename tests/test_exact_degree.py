@@ -33,7 +33,7 @@ import pytest
 from scipy import integrate
 
 from cbdp_jax import InvalidParameterError, exact
-from cbdp_jax._src import orthopoly
+from cbdp_jax._src.exact import orthopoly
 from cbdp_jax._src.exact.basis import _poly_basis
 from cbdp_jax._src.exact.certificate import _evaluate
 from cbdp_jax._src.exact.degrees import _certify_monotone
@@ -143,7 +143,7 @@ def test_orthonormal_basis_is_orthonormal_on_an_independent_rule(family, delta):
     poly = _poly_basis(_Law1D(family, delta), k)
     # A different composite rule (finer panels, 14 points, wider reach) for (P + Q) / 2.
     kinks = [0.0, delta] if family == "laplace" else []
-    from cbdp_jax._src import quadrature as quad
+    from cbdp_jax._src.exact import quadrature as quad
 
     z, w = quad.rule_1d([0.0, delta], kinks, extent=600.0, width=0.3, n=14, half_width=400.0)
     dens = 0.5 * (

@@ -1,5 +1,5 @@
-"""Ghost clipping (cbdp_jax._src.ghost_clipping) against per-example gradients, alone and in the engine;
-the CNN (cbdp_jax._src.training_models)."""
+"""Ghost clipping (cbdp_jax._src.training_auditor.ghost_clipping) against per-example gradients, alone and in the engine;
+the CNN (cbdp_jax._src.training_auditor.models)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from flax import nnx
 
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src import ghost_clipping as gc
-from cbdp_jax._src import training_runs as tr
-from cbdp_jax._src.training_models import CNN, conv_same
+from cbdp_jax._src.training_auditor import ghost_clipping as gc
+from cbdp_jax._src.training_auditor import runs as tr
+from cbdp_jax._src.training_auditor.models import CNN, conv_same
 
 # the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
 pytestmark = pytest.mark.usefixtures("no_noise_probes")

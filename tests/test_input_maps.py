@@ -26,7 +26,7 @@ import pytest
 from scipy import integrate, stats
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import input_maps
+from cbdp_jax._src.estimator import input_maps
 from cbdp_jax.audit_suite import MEAN_V2_PAIR, noisy_count_mean
 from cbdp_jax.estimator import EstimatorConfig, estimate, estimate_from_samples
 from cbdp_jax.mechanisms import LaplaceMechanism
@@ -310,8 +310,8 @@ def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_
     the full selection gives it. The negative control: a budget of one block (no race) trains all
     three in full. The screen's blocks run at a minibatch of at most ``_SCREEN_BATCH`` per side, the
     full training at the configured one."""
-    from cbdp_jax._src import estimator as est
-    from cbdp_jax._src import estimator_fit as fit
+    from cbdp_jax._src.estimator import estimate as est
+    from cbdp_jax._src.estimator import fit
 
     p, q = _atoms_beside_cauchy(5, 4000)
     trained_maps: list[str] = []

@@ -82,7 +82,7 @@ def test_sample_files_beyond_the_dtype_are_refused_naming_the_option(
 
 
 def test_the_out_of_memory_line_names_the_fix_and_only_for_xla_out_of_memory():
-    from cbdp_jax._src.sizes import out_of_memory_text
+    from cbdp_jax._src.infra.sizes import out_of_memory_text
 
     class JaxRuntimeError(RuntimeError):
         pass
@@ -96,10 +96,10 @@ def test_the_out_of_memory_line_names_the_fix_and_only_for_xla_out_of_memory():
 
 
 def test_the_memory_count_matches_the_measured_growth():
-    # Measured (module docstring of _src/sizes.py): 780 bytes per training sample at the default
+    # Measured (module docstring of _src/infra/sizes.py): 780 bytes per training sample at the default
     # mlp(64x2), ensemble 4, float32; the count must be within 10% of it, and the samples alone
     # (18 bytes) are not enough (the negative control: what the count missed before).
-    from cbdp_jax._src.sizes import estimate_bytes
+    from cbdp_jax._src.infra.sizes import estimate_bytes
 
     per = (estimate_bytes(2_000_000, None, 1, 4, ensemble=4, units=64)
            - estimate_bytes(500_000, None, 1, 4, ensemble=4, units=64)) / 1.5e6  # fmt: skip
@@ -109,7 +109,7 @@ def test_the_memory_count_matches_the_measured_growth():
 
 
 def test_the_canary_message_is_grammatical():
-    from cbdp_jax._src.training_setups import build_problem
+    from cbdp_jax._src.training_auditor.setups import build_problem
 
     problem = build_problem(
         model="logreg", data="synthetic", sampler="poisson", noise=1.0, clip=1.0, rate=0.1,
@@ -126,7 +126,7 @@ def test_the_canary_message_is_grammatical():
 
 
 def input_canary(problem):
-    from cbdp_jax._src.training_setups import input_canary as make
+    from cbdp_jax._src.training_auditor.setups import input_canary as make
 
     return make(*(np.asarray(a) for a in problem.data))
 
@@ -134,7 +134,7 @@ def input_canary(problem):
 def test_a_broken_dp_accounting_install_names_the_package_not_an_extra(monkeypatch):
     # dp-accounting is a core dependency: the message says to reinstall it, not to add an extra.
     from cbdp_jax import InvalidParameterError
-    from cbdp_jax._src import accounting
+    from cbdp_jax._src.privacy import accounting
 
     accounting._dp_accounting("pld")  # negative control: the installed package imports
     for name in ("dp_accounting", "dp_accounting.pld", "dp_accounting.rdp"):

@@ -1,4 +1,4 @@
-"""The host-side permutation of ``cbdp_jax._src.keys`` gives JAX's own indices.
+"""The host-side permutation of ``cbdp_jax._src.infra.keys`` gives JAX's own indices.
 
 The estimator's train / validation / test split uses it in place of ``jax.random.permutation`` (which
 sorts on the device, about 1.6 s for 2.25 million indices on a CPU), so every split, and with it every
@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from cbdp_jax._src import keys
+from cbdp_jax._src.infra import keys
 
 
 # 1 round of sorting up to n = 1625, 2 rounds up to about 2.6 million, 3 beyond

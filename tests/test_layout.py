@@ -31,19 +31,6 @@ def test_layout_lists_every_module_with_its_line_count():
     assert not stale, f"run `python tools/layout.py --write`: {stale}"
 
 
-def _imports(path: Path, top_level_only: bool) -> set[str]:
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    out = set()
-    for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cbdp_jax"):
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("cbdp_jax"))
-    return out
-
-
 def _src_modules() -> dict[str, Path]:
     src = ROOT / "cbdp_jax" / "_src"
     out = {}
@@ -57,7 +44,9 @@ def _src_modules() -> dict[str, Path]:
 def test_nothing_under_src_imports_the_public_layer():
     upward = {
         name: sorted(
-            m for m in _imports(path, top_level_only=False) if not m.startswith("cbdp_jax._src")
+            m
+            for m in layout.imports(path, top_level_only=False)
+            if not m.startswith("cbdp_jax._src")
         )
         for name, path in _src_modules().items()
     }
@@ -65,41 +54,18 @@ def test_nothing_under_src_imports_the_public_layer():
 
 
 def test_src_modules_have_no_import_cycles():
-    mods = _src_modules()
     graph = {
-        name: {m for m in _imports(path, top_level_only=True) if m in mods and m != name}
-        for name, path in mods.items()
+        name: {m for m in imported if m.startswith("cbdp_jax._src")}
+        for name, imported in layout.package_graph(top_level_only=True).items()
+        if name.startswith("cbdp_jax._src")
     }
     # Negative control: the cycle finder sees a planted cycle.
     assert _cycle({"a": {"b"}, "b": {"a"}})
     assert _cycle(graph) is None, _cycle(graph)
 
 
-def _package_graph(root: Path, package: str = "cbdp_jax") -> dict[str, set[str]]:
-    """Every module of ``package`` under ``root`` -> the modules it imports ANYWHERE in its text.
-
-    Function-level (lazy) imports and ``if TYPE_CHECKING:`` imports count too: a cycle through them is
-    still two modules that each need the other to be read. An imported name resolves to the module
-    that defines it (``cbdp_jax._src.exact.grids._Grid`` -> ``cbdp_jax._src.exact.grids``).
-    """
-    mods = {}
-    for p in (root / package).rglob("*.py"):
-        parts = p.relative_to(root).with_suffix("").parts
-        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
-
-    def owner(name: str) -> str:
-        while name and name not in mods:
-            name = name.rpartition(".")[0]
-        return name
-
-    return {
-        name: {owner(m) for m in _imports(path, top_level_only=False)} - {name, ""}
-        for name, path in mods.items()
-    }
-
-
 def test_the_package_import_graph_has_no_circle_counting_lazy_and_type_checking_imports(tmp_path):
-    assert _cycle(_package_graph(ROOT)) is None, _cycle(_package_graph(ROOT))
+    assert _cycle(layout.package_graph(ROOT)) is None, _cycle(layout.package_graph(ROOT))
     # Negative control: a circle closed only by a TYPE_CHECKING import is found.
     pkg = tmp_path / "cbdp_jax"
     pkg.mkdir()
@@ -108,7 +74,7 @@ def test_the_package_import_graph_has_no_circle_counting_lazy_and_type_checking_
     (pkg / "b.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cbdp_jax.a import A\nB = 1\n"
     )
-    assert _cycle(_package_graph(tmp_path)) in (
+    assert _cycle(layout.package_graph(tmp_path)) in (
         ["cbdp_jax.a", "cbdp_jax.b", "cbdp_jax.a"],
         ["cbdp_jax.b", "cbdp_jax.a", "cbdp_jax.b"],
     )
@@ -151,3 +117,40 @@ def test_no_function_in_the_package_is_longer_than_a_screenful_or_two():
     # negative control: a function of 101 lines is caught
     body = "".join(f"    x{i} = {i}\n" for i in range(100))
     assert _long_functions(f"def f():\n{body}", "t.py") == ["t.py:f (101 lines)"]
+
+
+def test_each_part_imports_only_the_parts_below_it():
+    graph = layout.package_graph(ROOT)
+    assert not layout.upward(graph), f"a part imports a part above it: {layout.upward(graph)}"
+    # Every module of _src lies in a part (a new top-level module must choose one).
+    loose = [m for m in graph if m.startswith("cbdp_jax._src.") and layout.part_of(m) is None]
+    assert not loose, f"put these in a part folder (tools/layout.py PARTS): {loose}"
+    # docs/layout.md draws the parts and their imports as the code has them today.
+    assert layout.documented_parts() == layout.parts_block(graph), (
+        "run `python tools/layout.py --write`"
+    )
+    # Negative controls: the estimator importing the training auditor is caught, and so is the
+    # shared core (statistics) importing a product; the auditor importing the estimator is allowed.
+    est, aud = "cbdp_jax._src.estimator.fit", "cbdp_jax._src.mechanism_auditor.audit"
+    planted = {est: {"cbdp_jax._src.training_auditor.runs"}, aud: {est}}
+    assert layout.upward(planted) == [(est, "cbdp_jax._src.training_auditor.runs")]
+    core = {"cbdp_jax._src.statistics.tails": {aud}}
+    assert layout.upward(core) == [("cbdp_jax._src.statistics.tails", aud)]
+
+
+LONGEST_MODULE = 600  # lines: a module does one job; past this it is two
+
+
+def _long_modules(paths) -> list[str]:
+    return [
+        f"{p} ({n} lines)" for p in paths if (n := len(p.read_text().splitlines())) > LONGEST_MODULE
+    ]
+
+
+def test_no_module_in_the_package_is_longer_than_its_cap(tmp_path):
+    long = _long_modules(layout.modules())
+    assert not long, f"split these by job: {long}"
+    # negative control: a module of 601 lines is caught
+    big = tmp_path / "big.py"
+    big.write_text("x = 0\n" * (LONGEST_MODULE + 1))
+    assert _long_modules([big]) == [f"{big} (601 lines)"]

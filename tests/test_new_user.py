@@ -84,7 +84,7 @@ def test_exact_sigma_1e_300_is_one_line_and_an_unexpected_exception_too(monkeypa
 
 def test_exact_gaussian_kl_beyond_float64_is_refused_and_just_inside_it_is_a_number():
     from cbdp_jax import exact
-    from cbdp_jax._src.validation import InvalidParameterError
+    from cbdp_jax._src.infra.validation import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match=r"sigma=1e-300 is invalid.*sigma >= 1.23e-154"):
         exact.restricted_divergence(exact.gaussian_pair(1e-300, 1.0), "kl", "linear")
@@ -123,8 +123,8 @@ WRONG_WIDTH = textwrap.dedent(
 
 
 def test_a_model_of_another_input_width_is_one_line_naming_the_users_file(tmp_path, monkeypatch):
-    from cbdp_jax._src.training_problem import load_problem
-    from cbdp_jax._src.validation import InvalidParameterError
+    from cbdp_jax._src.infra.validation import InvalidParameterError
+    from cbdp_jax._src.training_auditor.problem import load_problem
 
     (tmp_path / "my_train.py").write_text(WRONG_WIDTH)
     monkeypatch.chdir(tmp_path)
@@ -173,14 +173,14 @@ GIB = 2**30
 
 @pytest.fixture()
 def sixteen_gib(monkeypatch):
-    from cbdp_jax._src import sizes
+    from cbdp_jax._src.infra import sizes
 
     monkeypatch.setattr(sizes, "available_bytes", lambda **_: 16 * GIB)
 
 
 def test_audit_sizes_refuse_by_memory_and_keep_streamed_training_runs(sixteen_gib):
-    from cbdp_jax._src import sizes
-    from cbdp_jax._src.validation import InvalidParameterError
+    from cbdp_jax._src.infra import sizes
+    from cbdp_jax._src.infra.validation import InvalidParameterError
     from cbdp_jax.cli.audit_training import _check_runs_fit
 
     # 10^11 samples per side: 2 x 10^11 x 144 bytes, far beyond 16 GiB
@@ -200,7 +200,7 @@ def test_audit_sizes_refuse_by_memory_and_keep_streamed_training_runs(sixteen_gi
 
 
 def test_a_huge_audit_is_refused_before_any_draw(tmp_path, monkeypatch, capsys, sixteen_gib):
-    from cbdp_jax._src import audit_io
+    from cbdp_jax._src.mechanism_auditor import loading as audit_io
 
     (tmp_path / "mech.py").write_text(
         "import numpy as np\n\ndef m(rng, d, n):\n    return np.sum(d) + rng.laplace(0, 2, n)\n"
@@ -223,7 +223,7 @@ def test_a_huge_audit_is_refused_before_any_draw(tmp_path, monkeypatch, capsys, 
 
 def test_sweep_sizes_name_the_option_that_holds_the_memory(tmp_path, monkeypatch, capsys,
                                                            sixteen_gib):  # fmt: skip
-    from cbdp_jax._src.sizes import sweep_bytes
+    from cbdp_jax._src.infra.sizes import sweep_bytes
 
     monkeypatch.chdir(tmp_path)
     for option in ("--seeds", "--batch-size", "--val-samples", "--eval-chunk"):
@@ -269,7 +269,7 @@ CLAIM = "dpsgd:noise=0.5,rate=0.125,steps=16,delta=1e-05,sampling=poisson,relati
 def test_claims_wrap_after_a_comma_never_inside_a_token():
     import textwrap
 
-    from cbdp_jax._src.display import wrap
+    from cbdp_jax._src.infra.display import wrap
 
     text = f"cbdp audit: dp-sgd logreg/synthetic, poisson, claim {CLAIM} = (16.47, 1e-05)-DP"
     lines = wrap(text, 80).splitlines()
@@ -284,7 +284,7 @@ def test_claims_wrap_after_a_comma_never_inside_a_token():
 
 def test_the_verdict_says_none_where_the_table_does():
     from cbdp_jax import audit as au
-    from cbdp_jax._src.audit_verdict import _verdict
+    from cbdp_jax._src.mechanism_auditor.verdict import _verdict
 
     rows = [au.Row("halfspace", "P||Q", 0.25, 0.4479, 0.01, -0.007884, 0.1, False)]
     _, text, *_ = _verdict(rows, au.parse_claim("pure:1"), 1, au.AuditConfig(), 700)
@@ -318,7 +318,7 @@ def test_the_linear_class_names_its_family_whichever_member_wins():
     import jax
     import numpy as np
 
-    from cbdp_jax._src.hockey_stick import fit_critic
+    from cbdp_jax._src.mechanism_auditor.hockey_stick import fit_critic
 
     rng = np.random.default_rng(0)
     xp, xq = rng.laplace(1.0, 1.0, (4000, 1)), rng.laplace(0.0, 1.0, (4000, 1))
@@ -329,7 +329,7 @@ def test_the_linear_class_names_its_family_whichever_member_wins():
 
 def test_a_dpsgd_claims_bad_value_is_named():
     from cbdp_jax import audit as au
-    from cbdp_jax._src.validation import InvalidParameterError
+    from cbdp_jax._src.infra.validation import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match=r"noise='abc' must be a number"):
         au.parse_claim("dpsgd:noise=abc,rate=0.1")
@@ -368,7 +368,7 @@ def test_the_reports_title_is_wrapped_inside_the_page(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from cbdp_jax._src import audit_report
+    from cbdp_jax._src.mechanism_auditor import report as audit_report
     from cbdp_jax.audit import Row
 
     rows = [Row("halfspace", "P||Q", g, 0.1, 0.05, 0.04, 0.01, False) for g in (0.25, 1.0)]
@@ -402,8 +402,8 @@ def test_the_step_contract_is_documented_and_true(tmp_path, monkeypatch):
     import jax.numpy as jnp
     import optax
 
-    from cbdp_jax._src.training_ops import apply_step
-    from cbdp_jax._src.training_problem import TrainingProblem, load_problem
+    from cbdp_jax._src.training_auditor.ops import apply_step
+    from cbdp_jax._src.training_auditor.problem import TrainingProblem, load_problem
 
     doc = " ".join(TrainingProblem.__doc__.split())
     guide = Path(__file__).resolve().parents[1] / "docs" / "guide" / "training_audit.md"

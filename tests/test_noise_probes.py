@@ -1,4 +1,4 @@
-"""The probes of a DP step's noise (``_src/noise_probes.py``) and raw keys re-seeded per run.
+"""The probes of a DP step's noise (``_src/training_auditor/noise_probes.py``) and raw keys re-seeded per run.
 
 Each planted noise bug is named by its own probe and the correct steps are not (negative controls):
 the library's dp_sgd, and DP aggregation followed by momentum, Adam, a schedule or weight decay,
@@ -22,9 +22,9 @@ import optax
 import pytest
 
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src.planted_bugs import DEFECTS_AT_DEFAULTS
-from cbdp_jax._src.training_ops import raw_key_leaves, rekey
-from cbdp_jax._src.training_probes import _times
+from cbdp_jax._src.training_auditor.ops import raw_key_leaves, rekey
+from cbdp_jax._src.training_auditor.planted_bugs import DEFECTS_AT_DEFAULTS
+from cbdp_jax._src.training_auditor.probes import _times
 
 SYN = dict(data="synthetic", n=31, rate=0.125, steps=6)
 

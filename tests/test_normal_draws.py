@@ -1,4 +1,4 @@
-"""Normal draws from both words of each Threefry block (cbdp_jax._src.normal_draws): the law of
+"""Normal draws from both words of each Threefry block (cbdp_jax._src.training_auditor.normal_draws): the law of
 ``jax.random.normal``'s draws, half the hashes; the two words of a block independent; same key, same
 draws. Statistical checks at level 1e-4 (each would fail once in 10^4 runs by chance); each has a
 negative control that the same check rejects."""
@@ -12,7 +12,7 @@ import pytest
 from jax.extend.random import threefry_2x32
 from scipy import stats
 
-from cbdp_jax._src import normal_draws
+from cbdp_jax._src.training_auditor import normal_draws
 
 LEVEL = 1e-4
 M = 200_000

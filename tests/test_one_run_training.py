@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src.accounting import dpsgd_epsilon
-from cbdp_jax._src.one_run import one_run_audit
-from cbdp_jax._src.validation import InvalidParameterError
+from cbdp_jax._src.infra.validation import InvalidParameterError
+from cbdp_jax._src.mechanism_auditor.one_run import one_run_audit
+from cbdp_jax._src.privacy.accounting import dpsgd_epsilon
 
 
 def _problem(*, steps=20, rate=0.05, noise=1.0, bug="none", hidden=16, n=400):
@@ -312,8 +312,8 @@ SYN = dict(data="synthetic", n=31, rate=0.125, steps=6)
 def test_a_defect_makes_a_one_run_verdict_say_so_unless_a_violation_is_certified():
     # with_defects on plain results (no training): a defect without a certified violation is never
     # a plain pass; beside a violation the verdict keeps the violation; no defect changes nothing.
-    from cbdp_jax._src.audit import Defect
-    from cbdp_jax._src.one_run_training import OneRunTrainingResult, with_defects
+    from cbdp_jax._src.mechanism_auditor.audit import Defect
+    from cbdp_jax._src.training_auditor.one_run.audit import OneRunTrainingResult, with_defects
 
     fields = dict(kind="gradient", canaries=10, included=5, directions="coordinate", bounds={},
                   claim_epsilon=2.0, delta=1e-5, level=0.95, asymptotic_violation=False,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src import adversary_fitting_ensemble
-from cbdp_jax._src.core import TrainState
+from cbdp_jax._src.estimator import adversary_fitting_ensemble
+from cbdp_jax._src.estimator.core import TrainState
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
 
 

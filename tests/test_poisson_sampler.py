@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src.batch_sampling import geometric_gaps
+from cbdp_jax._src.training_auditor.batch_sampling import geometric_gaps
 
 N, Q, STEPS = 50, 0.1, 10_000
 LEVEL = 1e-4  # raised level: a correct sampler fails one of these tests about once in 10^4 runs

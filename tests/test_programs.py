@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cbdp_jax._src import keys, programs
-from cbdp_jax._src.divergences import Divergence
+from cbdp_jax._src.infra import keys, programs
+from cbdp_jax._src.privacy.divergences import Divergence
 from cbdp_jax.estimator import EstimatorConfig, estimate
 from cbdp_jax.mechanisms import LaplaceMechanism
 
@@ -181,7 +181,7 @@ def test_fingerprints_are_values_never_addresses():
 @pytest.mark.slow
 @pytest.mark.ci
 def test_an_estimate_from_stored_programs_equals_one_traced(store, max_traces, monkeypatch):
-    from cbdp_jax._src import adversary_fitting, evaluation
+    from cbdp_jax._src.estimator import adversary_fitting, evaluation
 
     cfg = EstimatorConfig(steps=100, ensemble=2, batch_size=512, eval_chunk=4096)
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from cbdp_jax._src import io as cio
-from cbdp_jax._src.progress import Progress, duration, line
+from cbdp_jax._src.infra import io as cio
+from cbdp_jax._src.infra.progress import Progress, duration, line
 
 
 class _Terminal(io.StringIO):

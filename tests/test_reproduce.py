@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import cbdp_jax._src.checkpoint as checkpoint
+import cbdp_jax._src.infra.checkpoint as checkpoint
 from cbdp_jax.experiments import EXPERIMENTS, _reproduce
 from cbdp_jax.experiments._units import run_experiment, unit_store
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import cbdp_jax._src.io as cbdp_io
+import cbdp_jax._src.infra.io as cbdp_io
 from cbdp_jax.checkpoint import UnitStore
 
 VOLATILE = ("seconds", "runtime_s", "environment")  # wall time and where it ran
@@ -51,7 +51,7 @@ if block_at:  # fault injection: the block_at-th fsync (= unit save) hangs so a 
     os.fsync = _fsync
 
 from cbdp_jax import analytic, exact
-from cbdp_jax._src.io import atomic_write_csv, atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import atomic_write_csv, atomic_write_json, environment_info
 from cbdp_jax.checkpoint import UnitStore
 
 GRID = [(eps, k, a) for eps in (0.5, 1.0) for k in (1, 2, 3) for a in (2.0, 4.0)]

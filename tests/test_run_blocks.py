@@ -1,4 +1,4 @@
-"""Checkpoints of many runs (cbdp_jax._src.run_blocks): blocks written as runs finish, a resume loads
+"""Checkpoints of many runs (cbdp_jax._src.infra.run_blocks): blocks written as runs finish, a resume loads
 them and runs the rest, bit for bit the runs of a call left alone; a folder of another audit or
 version is refused; ``cbdp audit-training`` killed with SIGKILL and resumed gives the same JSON."""
 
@@ -16,9 +16,9 @@ import jax
 import numpy as np
 import pytest
 
-from cbdp_jax._src import sharded_runs as sr
-from cbdp_jax._src.run_blocks import MANIFEST, SECONDS_VARIABLE, RunBlocks
-from cbdp_jax._src.validation import InvalidParameterError
+from cbdp_jax._src.infra import sharded_runs as sr
+from cbdp_jax._src.infra.run_blocks import MANIFEST, SECONDS_VARIABLE, RunBlocks
+from cbdp_jax._src.infra.validation import InvalidParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
 

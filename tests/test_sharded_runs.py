@@ -1,4 +1,4 @@
-"""Runs sharded over devices and processes (cbdp_jax._src.sharded_runs): the same runs for the same key
+"""Runs sharded over devices and processes (cbdp_jax._src.infra.sharded_runs): the same runs for the same key
 whatever the devices, the chunking or the processes; short calls with a progress hook."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src import sharded_runs as sr
-from cbdp_jax._src.launch import launch
+from cbdp_jax._src.infra import sharded_runs as sr
+from cbdp_jax._src.infra.launch import launch
 
 # the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped
 pytestmark = pytest.mark.usefixtures("no_noise_probes")
@@ -69,7 +69,7 @@ _WORKER = textwrap.dedent(
     """
     import sys, json, time
     import numpy as np
-    from cbdp_jax._src.launch import ProcessSpec, exit_with_launcher, initialize
+    from cbdp_jax._src.infra.launch import ProcessSpec, exit_with_launcher, initialize
     spec = ProcessSpec.from_env()
     if spec is not None:
         initialize(spec)
@@ -146,7 +146,7 @@ _INTERRUPTED = textwrap.dedent(
     """
     import sys
     import jax, jax.numpy as jnp
-    from cbdp_jax._src.sharded_runs import sharded_runs
+    from cbdp_jax._src.infra.sharded_runs import sharded_runs
 
     def run(key, _):  # about 2 ms a run on a CPU core: a long job of short blocks
         x = jax.random.normal(key, (64, 64))

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from cbdp_jax import InvalidParameterError
-from cbdp_jax._src.accounting import dpsgd_epsilon
+from cbdp_jax._src.privacy.accounting import dpsgd_epsilon
 from cbdp_jax.training_audit import shuffle_lower_delta, shuffle_lower_epsilon
 
 
@@ -102,7 +102,7 @@ def test_one_epoch_by_composition_agrees_with_the_sets_and_stays_below(noise, st
     # The several-epoch machinery at E = 1 (the binned maximum's full privacy loss, rounded down) and
     # the one-epoch sets bound the same pair from below by different routes: they must agree to the
     # binning (bins of 0.01 and a loss grid of 1e-3 lose at most a few 1e-3 relative here).
-    from cbdp_jax._src import shuffle_lower_bound as slb
+    from cbdp_jax._src.training_auditor import shuffle_lower_bound as slb
 
     eps = np.array([0.5, 1.0, 2.0])
     losses = slb._composed_losses(noise, steps, 1)

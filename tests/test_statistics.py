@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cbdp_jax._src.divergences import log_mean_exp
+from cbdp_jax._src.privacy.divergences import log_mean_exp
 from cbdp_jax._src.statistics import berry_esseen, betting, bounds, held_out, tails
 from cbdp_jax._src.statistics import moments as mom
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cbdp_jax._src import programs, store_safety
+from cbdp_jax._src.infra import programs, store_safety
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "getuid"), reason="no user ids on this platform")
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cbdp_jax import InvalidParameterError, analytic
-from cbdp_jax._src import sweep_programs as sweep_impl
+from cbdp_jax._src.estimator import sweep_programs as sweep_impl
 from cbdp_jax.adversaries import AdversarySpec
 from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism, make_mechanism
 from cbdp_jax.sweep import (

@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cbdp_jax._src import audit_certify, audit_claims, audit_config, audit_epsilon
-from cbdp_jax._src import hockey_stick as hs
+from cbdp_jax._src.mechanism_auditor import certify as audit_certify
+from cbdp_jax._src.mechanism_auditor import claims as audit_claims
+from cbdp_jax._src.mechanism_auditor import config as audit_config
+from cbdp_jax._src.mechanism_auditor import epsilon as audit_epsilon
+from cbdp_jax._src.mechanism_auditor import hockey_stick as hs
 from cbdp_jax._src.statistics import binomial
 
 

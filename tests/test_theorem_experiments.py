@@ -92,7 +92,7 @@ def test_pinsker_reads_a_stored_unit_with_a_refused_ipm_bound():
     string '-inf'; finishing must read it back as a number, not compare a string with a float."""
     import json
 
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
     from cbdp_jax.experiments import pinsker_generalization as pg
     from cbdp_jax.experiments._common import StoredEstimate
 

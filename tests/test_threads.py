@@ -1,6 +1,6 @@
 """The two directions of an estimate run in two threads only where that changes nothing but the time.
 
-``cbdp_jax._src.threads.map_concurrently`` runs independent calls in threads unless JAX settings local
+``cbdp_jax._src.infra.threads.map_concurrently`` runs independent calls in threads unless JAX settings local
 to the caller's thread are in force (a new thread would not see them) or the caller says not to; the
 estimator's two directions then give the same numbers, bit for bit, as run one after the other; and
 two threads that need the same stored program compile it once.
@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cbdp_jax._src import estimator, programs, threads
+from cbdp_jax._src.estimator import estimate as estimator
+from cbdp_jax._src.infra import programs, threads
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
 
 

@@ -304,7 +304,7 @@ def test_shuffled_worst_case_refutes_its_poisson_claim_at_delta_1e5_and_poisson_
     # audit certified 1.69, 1.92 and 2.01 with 2 x 10^4 runs per side (three keys) and 2.6 at level
     # 0.95 with 10^5 (benchmarks/measured/shuffle-finding/); 5 x 10^4 runs here. The control, Poisson
     # batches on the same data, is the claim's own mechanism: refuted with probability below 0.001.
-    from cbdp_jax._src.accounting import dpsgd_epsilon
+    from cbdp_jax._src.privacy.accounting import dpsgd_epsilon
 
     claim_eps = dpsgd_epsilon(0.8, 0.01, 100, 1e-5)
     config = ta.training_audit_config(claim_eps, samples=50_000, confidence=0.999)

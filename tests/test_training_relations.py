@@ -15,8 +15,8 @@ import pytest
 
 from cbdp_jax import InvalidParameterError
 from cbdp_jax import training_audit as ta
-from cbdp_jax._src.accounting import dpsgd_delta, dpsgd_epsilon, parse_dpsgd
-from cbdp_jax._src.audit_io import import_attribute
+from cbdp_jax._src.mechanism_auditor.loading import import_attribute
+from cbdp_jax._src.privacy.accounting import dpsgd_delta, dpsgd_epsilon, parse_dpsgd
 from cbdp_jax.audit import gdp_delta, parse_claim
 
 # the probes of the step's noise are tested in tests/test_noise_probes.py; here they are skipped

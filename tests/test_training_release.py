@@ -21,7 +21,7 @@ from cbdp_jax import InvalidParameterError
 from cbdp_jax import training_audit as ta
 from cbdp_jax._src.statistics import binomial
 from cbdp_jax._src.statistics.bounds import family_confidence
-from cbdp_jax._src.training_release import moved_magnitudes, release_layout
+from cbdp_jax._src.training_auditor.release import moved_magnitudes, release_layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "examples"))
 from user_noise_bugs import problem, user_step  # noqa: E402  (a user's step, as a user writes it)
@@ -181,7 +181,7 @@ def test_the_score_alone_records_no_release_and_a_release_too_large_names_the_wa
     assert full.output_dim([1.0]) == 1 + full.release.steps * full.release.width > 1
     # the memory check counts the release: with 8 GiB free, 10^7 runs of 1 + 4 k values are refused
     # and the refusal names the score alone, which the same memory holds (one value a run)
-    from cbdp_jax._src import sizes
+    from cbdp_jax._src.infra import sizes
 
     monkeypatch.setattr(sizes, "available_bytes", lambda **_: 8 * 2**30)
     big = ta.training_audit_config(4.0, samples=10_000_000)

@@ -135,7 +135,7 @@ def run_training(runs: int = 256, audit_runs: int = 2000, cases=None, out=None) 
     written to after each case (a run cut short keeps its cases).
     """
     from cbdp_jax import training_audit as ta
-    from cbdp_jax._src.sharded_runs import sharded_runs
+    from cbdp_jax._src.infra.sharded_runs import sharded_runs
 
     rows = []
     for name, options in TRAINING:

@@ -2,7 +2,7 @@
 
 Every bad input exits with status 2 and one line ``error: <parameter>=<value> is invalid: <range>`` on
 stderr, without a traceback; Ctrl-C ends any command with one line ``interrupted`` and status 130
-(within two seconds from the ``cbdp`` executable: :mod:`cbdp_jax._src.interrupt`). Each command's code is in its own module of this package (``exact``,
+(within two seconds from the ``cbdp`` executable: :mod:`cbdp_jax._src.infra.interrupt`). Each command's code is in its own module of this package (``exact``,
 ``calibrate``, ``estimate``, ``audit``, ``audit_training``, ``rerun``, ``demo``, ``sweep``,
 ``reproduce``); what several share is in ``_common``. This module holds the app and the entry points.
 """
@@ -15,13 +15,13 @@ import sys
 
 # `cbdp rerun` promises bit-identical numbers on the same device: ask XLA for deterministic GPU kernels
 # before JAX initialises its backend (importing the package does not initialise it).
-from cbdp_jax._src.determinism import request_deterministic_gpu_ops
+from cbdp_jax._src.infra.determinism import request_deterministic_gpu_ops
 
 request_deterministic_gpu_ops()
 
 import typer  # noqa: E402
 
-from cbdp_jax._src.validation import InvalidParameterError  # noqa: E402
+from cbdp_jax._src.infra.validation import InvalidParameterError  # noqa: E402
 from cbdp_jax.cli.audit import audit_cmd  # noqa: E402
 from cbdp_jax.cli.audit_training import audit_training_cmd  # noqa: E402
 from cbdp_jax.cli.calibrate import calibrate_cmd  # noqa: E402
@@ -89,7 +89,7 @@ def _options(
     ),
 ) -> None:
     """Options of every command (given before the command's name: cbdp --debug audit ...)."""
-    from cbdp_jax._src.user_code import set_debug
+    from cbdp_jax._src.infra.user_code import set_debug
 
     set_debug(debug)
 
@@ -104,7 +104,7 @@ def main() -> None:
     exception: its type, message and the file and line that raised it (the user's own code
     where it was there). ``cbdp --debug`` or ``CBDP_DEBUG=1`` prints the full traceback as well.
     """
-    from cbdp_jax._src.user_code import (
+    from cbdp_jax._src.infra.user_code import (
         debug_enabled,
         internal_error_text,
         print_traceback,
@@ -129,7 +129,7 @@ def main() -> None:
         typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code or 2)
     except Exception as exc:
-        from cbdp_jax._src.sizes import out_of_memory_text
+        from cbdp_jax._src.infra.sizes import out_of_memory_text
 
         line = out_of_memory_text(exc)
         if debug_enabled():
@@ -143,7 +143,7 @@ def main() -> None:
 
 
 def _interrupted() -> None:
-    from cbdp_jax._src.interrupt import EXIT_STATUS, announce
+    from cbdp_jax._src.infra.interrupt import EXIT_STATUS, announce
 
     announce()
     sys.exit(EXIT_STATUS)
@@ -164,12 +164,12 @@ def console_main() -> None:
     ``os._exit`` and main's status. Any other command, an uncaught exception, and in-process callers
     of :func:`main` exit normally.
 
-    Ctrl-C: the watchdog of :mod:`cbdp_jax._src.interrupt` is armed first, so a command stuck in a
+    Ctrl-C: the watchdog of :mod:`cbdp_jax._src.infra.interrupt` is armed first, so a command stuck in a
     long compiled program still ends within two seconds; an interrupt that unwound normally (every
     ``finally`` has run, files are whole or absent) skips the teardown too, which can otherwise wait
     for a computation still running in XLA's threads.
     """
-    from cbdp_jax._src.interrupt import EXIT_STATUS, install
+    from cbdp_jax._src.infra.interrupt import EXIT_STATUS, install
 
     install()
     if len(sys.argv) < 2 or sys.argv[1] not in QUICK_EXIT_COMMANDS:

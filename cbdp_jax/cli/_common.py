@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice
 
 FORMATS = ("table", "json")
 
@@ -18,7 +18,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 def check_format_and_out(output_format: str, out) -> None:
     """``--format`` is table or json; ``--out`` (if given) is a folder, created before any work."""
-    from cbdp_jax._src.validation import check_output_folder
+    from cbdp_jax._src.infra.validation import check_output_folder
 
     check_choice("format", output_format, FORMATS)
     if out is not None:
@@ -50,7 +50,7 @@ def _print_record(title: str, fields: list[tuple[str, Any]]) -> None:
     """One result as a table fitting the terminal (vertical when narrow), every number in full."""
     from rich.console import Console
 
-    from cbdp_jax._src.tables import render_record
+    from cbdp_jax._src.infra.tables import render_record
 
     typer.echo(render_record(title, fields, Console().width).rstrip("\n"))
 
@@ -59,7 +59,7 @@ def _echo_wrapped(text: str, err: bool = False) -> None:
     """A line of prose wrapped at the terminal's width (continuation lines indented by two)."""
     from rich.console import Console
 
-    from cbdp_jax._src.display import wrap
+    from cbdp_jax._src.infra.display import wrap
 
     width = max(Console().width, 40)
     typer.echo(wrap(text, width), err=err)  # never inside a word: a claim breaks after a comma
@@ -77,7 +77,7 @@ _ADVERSARY_FLAGS = {
 
 def _check_adversary_flags(adversary: str, given: dict[str, Any]) -> None:
     """An option that does not apply to the class is an error naming both (before any work)."""
-    from cbdp_jax._src.adversaries import ADVERSARY_NAMES, ADVERSARY_OPTIONS
+    from cbdp_jax._src.estimator.adversaries import ADVERSARY_NAMES, ADVERSARY_OPTIONS
 
     check_choice("adversary", adversary, ADVERSARY_NAMES)
     takes = [_ADVERSARY_FLAGS[o] for o in ADVERSARY_OPTIONS[adversary] if o in _ADVERSARY_FLAGS]

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from cbdp_jax._src.display import NOTHING, NOTHING_MEANS, certified_text
-from cbdp_jax._src.progress import Progress
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
+from cbdp_jax._src.infra.display import NOTHING, NOTHING_MEANS, certified_text
+from cbdp_jax._src.infra.progress import Progress
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice, check_output_folder
 from cbdp_jax.cli._common import FORMATS, _echo_wrapped, progress_hook
 
 
@@ -94,7 +94,7 @@ def audit_cmd(
     Exit status: 0 when no violation is certified, 1 when a violation is certified, 2 for bad input.
     """
     from cbdp_jax import audit as au
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
 
     check_choice("format", output_format, FORMATS)
     if out is not None:
@@ -105,7 +105,7 @@ def audit_cmd(
         gradient_steps=gradient_steps,
     )  # fmt: skip
     if suite:
-        from cbdp_jax._src.sizes import check_memory_for_audit
+        from cbdp_jax._src.infra.sizes import check_memory_for_audit
 
         check_memory_for_audit(samples, screen_samples, 1)  # before the table's header
         return _audit_suite(config, seed, output_format, out)
@@ -150,8 +150,8 @@ def _parse_classes(text: str) -> tuple[str, ...]:
 def _audit_pairs(d, d_prime, space, pairs, relation=None):
     """The given pair (checked against ``relation``), or the space and candidates to search."""
     from cbdp_jax import audit as au
-    from cbdp_jax._src.audit_io import load_mechanism, parse_dataset
-    from cbdp_jax._src.neighbours import check_pair
+    from cbdp_jax._src.mechanism_auditor.loading import load_mechanism, parse_dataset
+    from cbdp_jax._src.privacy.neighbours import check_pair
 
     if (d is None) != (d_prime is None):
         missing = "d_prime" if d_prime is None else "d"
@@ -204,7 +204,7 @@ def _audit_pairs(d, d_prime, space, pairs, relation=None):
 def _emit_audit(result, output_format: str, out: Path | None, pair: str | None = None) -> None:
     """Writes ``--out`` and prints the audit; ``pair`` says what D and D' are (else their values)."""
     if out is not None:
-        from cbdp_jax._src.audit_report import write_report
+        from cbdp_jax._src.mechanism_auditor.report import write_report
 
         write_report(result, Path(out))
     if output_format == "json":
@@ -240,8 +240,8 @@ def _audit_suite(config, seed: int, output_format: str, out: Path | None) -> Non
     import jax
 
     from cbdp_jax import audit as au
-    from cbdp_jax._src.audit_suite import SUITE, as_arrays
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
+    from cbdp_jax._src.mechanism_auditor.suite import SUITE, as_arrays
 
     records = []
     with Progress("cbdp audit --suite", total=len(SUITE), unit="cases") as bar:

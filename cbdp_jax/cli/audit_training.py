@@ -9,16 +9,16 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.accounting import ACCOUNTANTS, RELATIONS
-from cbdp_jax._src.planted_bugs import BUGS, visibility_text
-from cbdp_jax._src.progress import Progress
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.progress import Progress
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     check_choice,
     check_in_range,
     check_int_at_least,
     check_positive,
 )
+from cbdp_jax._src.privacy.accounting import ACCOUNTANTS, RELATIONS
+from cbdp_jax._src.training_auditor.planted_bugs import BUGS, visibility_text
 from cbdp_jax.cli._common import _echo_wrapped, _given, check_format_and_out, progress_hook
 from cbdp_jax.cli.audit import _emit_audit
 
@@ -230,7 +230,7 @@ def _checkpoint(o: dict[str, Any], claim: str, config) -> Any:
     folder = o["checkpoint"]
     if folder is None:
         return None
-    from cbdp_jax._src.run_blocks import RunBlocks
+    from cbdp_jax._src.infra.run_blocks import RunBlocks
 
     skip = ("output_format", "out", "checkpoint", "resume")
     plain = (str, int, float, bool, type(None))
@@ -246,7 +246,7 @@ def _accountant_of(result) -> str | None:
 
 
 def _training_config(epsilon: float, runs: int, confidence: float, critics: str = "all"):
-    from cbdp_jax._src.training_audit import training_audit_config
+    from cbdp_jax._src.training_auditor.audit_training import training_audit_config
 
     groups = None if critics == "all" else _critic_groups(critics)
     return training_audit_config(
@@ -256,7 +256,7 @@ def _training_config(epsilon: float, runs: int, confidence: float, critics: str 
 
 def _critic_groups(text: str) -> tuple[str, ...]:
     """``--critics`` as feature-group names (each one of the release's groups, 'score' first)."""
-    from cbdp_jax._src.release_critics import GROUPS
+    from cbdp_jax._src.training_auditor.critics import GROUPS
 
     names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     bad = [n for n in names if n not in GROUPS]
@@ -269,7 +269,7 @@ def _critic_groups(text: str) -> tuple[str, ...]:
 
 def _check_options(o: dict[str, Any]) -> None:
     """Every option's range, before any work (the library's errors would name other parameters)."""
-    from cbdp_jax._src.accounting import check_accountable
+    from cbdp_jax._src.privacy.accounting import check_accountable
 
     check_int_at_least("runs", o["runs"], 100)
     _check_runs_fit(o["runs"])
@@ -293,7 +293,7 @@ def _check_options(o: dict[str, Any]) -> None:
 
 def _check_runs_fit(runs: int) -> None:
     """``--runs`` by the memory its scores hold at once (the trainings stream in chunks)."""
-    from cbdp_jax._src.sizes import audit_bytes, check_fits
+    from cbdp_jax._src.infra.sizes import audit_bytes, check_fits
 
     check_fits("runs", runs, audit_bytes(runs, 1), f"the scores of {runs} runs per side")
 
@@ -304,7 +304,7 @@ def _problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
         return _user_problem(o, given)
     if o["init"] != "default":
         return _crafted_problem(o, given)
-    from cbdp_jax._src.training_setups import build_problem
+    from cbdp_jax._src.training_auditor.setups import build_problem
 
     worst = o["data"] == "worst-case"
     if worst:
@@ -349,7 +349,7 @@ def _user_problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
     """``--problem FILE.py:FACTORY``: the factory's TrainingProblem, with --relation and --chunk."""
     import dataclasses
 
-    from cbdp_jax._src.training_problem import load_problem
+    from cbdp_jax._src.training_auditor.problem import load_problem
 
     spec = o["problem"]
     _refuse(o, given, _BUILDERS, f"problem={spec!r}", "the factory's TrainingProblem fixes it")
@@ -365,7 +365,7 @@ def _user_problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
 
 def _crafted_problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
     """``--init worst-case / average-case``: crafted initial parameters (black-box or white-box)."""
-    from cbdp_jax._src.crafted_init import crafted_problem
+    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
 
     init = o["init"]
     threat = o["threat"] if "threat" in given else "black-box"
@@ -400,14 +400,14 @@ def _crafted_problem(o: dict[str, Any], given: list[str]) -> tuple[Any, dict]:
 def _crafted_default(name: str) -> Any:
     import inspect
 
-    from cbdp_jax._src.crafted_init import crafted_problem
+    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
 
     return inspect.signature(crafted_problem).parameters[name].default
 
 
 def _claim_text(problem, o: dict[str, Any], given: list[str]) -> str:
     """``--claim``, or the run's own dpsgd: claim at ``--delta`` under ``--accountant``."""
-    from cbdp_jax._src import training_audit as ta
+    from cbdp_jax._src.training_auditor import audit_training as ta
 
     if o["claim"] is not None:
         _refuse(o, given, ("delta", "accountant"), "--claim", "the claim names its own")
@@ -433,7 +433,7 @@ def _pair_text(problem, relation: str) -> str:
 
 def _audit_with_progress(key, problem, claim: str, config, runs: int, blocks=None):
     """``training_audit.audit_training`` under a progress line (runs done where it reports them)."""
-    from cbdp_jax._src import training_audit as ta
+    from cbdp_jax._src.training_auditor import audit_training as ta
 
     with Progress("cbdp audit-training", total=2 * runs, unit="runs") as bar:
         hook = progress_hook(ta.audit_training, bar)
@@ -444,11 +444,11 @@ def _audit_with_progress(key, problem, claim: str, config, runs: int, blocks=Non
 
 def _emit_training_audit(result, problem, training: dict, output_format: str, out) -> None:
     """Writes ``--out`` (report and audit.json with the training's settings) and prints the audit."""
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
 
     record = result.to_dict() | {"training": training}
     if out is not None:
-        from cbdp_jax._src.audit_report import write_report
+        from cbdp_jax._src.mechanism_auditor.report import write_report
 
         write_report(result, Path(out), extra={"training": training})
     if output_format == "json":
@@ -460,7 +460,7 @@ def _emit_training_audit(result, problem, training: dict, output_format: str, ou
         f"{training['relation']}"
     )
     if "start" in training:
-        from cbdp_jax._src.crafted_init import StartReport, describe
+        from cbdp_jax._src.training_auditor.crafted_init import StartReport, describe
 
         _echo_wrapped(describe(StartReport(**training["start"])))
     _echo_wrapped(

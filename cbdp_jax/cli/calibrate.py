@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from cbdp_jax._src.progress import Progress
-from cbdp_jax._src.validation import InvalidParameterError, check_choice
+from cbdp_jax._src.infra.progress import Progress
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice
 from cbdp_jax.cli._common import FORMATS, _print_record
 
 DEFAULT_ALPHA = 2.0
@@ -36,7 +36,7 @@ def calibrate_cmd(
     output_format: Annotated[str, typer.Option("--format", help="table or json")] = "table",
 ) -> None:
     """The least noise whose exact restricted privacy loss meets the target, beside the unrestricted."""
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
     from cbdp_jax.calibration import calibrate
 
     check_choice("format", output_format, FORMATS)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cbdp_jax._src.validation import check_output_folder
+from cbdp_jax._src.infra.validation import check_output_folder
 
 
 def demo_cmd(
@@ -17,8 +17,8 @@ def demo_cmd(
     out: Annotated[Path | None, typer.Option(help="folder for demo.json")] = None,
 ) -> None:
     """Capacity-bounded privacy of Laplace and Gaussian against several adversary classes."""
-    from cbdp_jax._src.demo import run_demo
-    from cbdp_jax._src.sizes import check_fits, estimate_bytes
+    from cbdp_jax._src.estimator.demo import run_demo
+    from cbdp_jax._src.infra.sizes import check_fits, estimate_bytes
 
     # the widest of its classes, mlp(32x2), four at once, on float32 samples of one value
     needed = estimate_bytes(samples, None, 1, 4, ensemble=4, units=32)

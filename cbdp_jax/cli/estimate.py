@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice
 from cbdp_jax.cli._common import (
     _check_adversary_flags,
     _echo_wrapped,
@@ -65,7 +65,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     """Runs ``cbdp estimate`` from a plain dict of its arguments (also used by ``cbdp rerun``)."""
     import jax
 
-    from cbdp_jax._src import keys, programs
+    from cbdp_jax._src.infra import keys, programs
     from cbdp_jax.estimator import EstimatorConfig, estimate
 
     sens = args.get("sensitivity")
@@ -102,7 +102,7 @@ def run_estimate(args: dict[str, Any], *, progress: bool = False):
     if mech is not None:
         _check_samples_fit(args, mech.dim)
     if progress:
-        from cbdp_jax._src.progress import Progress
+        from cbdp_jax._src.infra.progress import Progress
 
         bar = Progress("cbdp estimate: training", unit="steps")  # the library reports the total
         cfg_kwargs["progress"] = _ProgressHook(bar)
@@ -138,8 +138,8 @@ def _or_auto(value):
 
 def _estimate_from_files(args: dict[str, Any], config, options: dict[str, Any]):
 
-    from cbdp_jax._src import keys
-    from cbdp_jax._src.audit_io import load_samples
+    from cbdp_jax._src.infra import keys
+    from cbdp_jax._src.mechanism_auditor.loading import load_samples
     from cbdp_jax.estimator import estimate_from_samples
 
     p = load_samples("p_samples", args["p_samples"])
@@ -166,9 +166,9 @@ def _check_samples_fit(args: dict[str, Any], dim: int) -> None:
     """``--samples`` refused in one line when the samples cannot fit in memory (before any draw)."""
     import numpy as np
 
-    from cbdp_jax._src.adversaries import make_adversary
-    from cbdp_jax._src.budget import default_budget
-    from cbdp_jax._src.sizes import check_fits, critic_units, estimate_bytes
+    from cbdp_jax._src.estimator.adversaries import make_adversary
+    from cbdp_jax._src.estimator.budget import default_budget
+    from cbdp_jax._src.infra.sizes import check_fits, critic_units, estimate_bytes
 
     spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
     itemsize = np.dtype(args["dtype"]).itemsize
@@ -187,7 +187,7 @@ def _check_files_fit(args: dict[str, Any], p, q) -> None:
     """Sample files: every value representable in the run's dtype, and their copies in memory."""
     import numpy as np
 
-    from cbdp_jax._src.sizes import check_fits, check_representable
+    from cbdp_jax._src.infra.sizes import check_fits, check_representable
 
     check_representable("p_samples", repr(args["p_samples"]), p, args["dtype"])
     check_representable("q_samples", repr(args["q_samples"]), q, args["dtype"])
@@ -241,8 +241,8 @@ def reference_of(result, args: dict[str, Any], params: dict[str, Any], *, exact_
 
     ``exact_allowed=False``: the unrestricted value (for a bound that is not on the named class).
     """
-    from cbdp_jax._src.adversaries import make_adversary
-    from cbdp_jax._src.reference import reference_for
+    from cbdp_jax._src.estimator.adversaries import make_adversary
+    from cbdp_jax._src.estimator.reference import reference_for
 
     spec = make_adversary(args["adversary"], **{k: args.get(k) for k in _OPTION_KEYS})
     return reference_for(
@@ -326,7 +326,7 @@ def _plot_curve(record: dict[str, Any], path: Path) -> dict[str, Any]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cbdp_jax._src.io import atomic_savefig
+    from cbdp_jax._src.infra.io import atomic_savefig
 
     v = curve_values(record)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.4), sharex=True)
@@ -491,7 +491,7 @@ def _check_sample_files(args: dict[str, Any], given: list[str] = ()) -> None:
 def _emit(
     result, args, output_format: str, out: Path | None, title: str = "cbdp estimate (held-out)"
 ) -> None:
-    from cbdp_jax._src.io import atomic_write_json, to_json
+    from cbdp_jax._src.infra.io import atomic_write_json, to_json
 
     record = _result_record(result, args)
     if out is not None:

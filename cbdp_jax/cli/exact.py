@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_int_at_least
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice, check_int_at_least
 from cbdp_jax.cli._common import FORMATS, _parse_sensitivity, _print_record
 
 EXACT_ADVERSARIES = ("linear", "poly", "unrestricted")
@@ -78,7 +78,7 @@ def exact_cmd(
 ) -> None:
     """Exact restricted (or unrestricted) divergence by quadrature and a concave solver."""
     from cbdp_jax import exact
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
 
     check_choice("format", output_format, FORMATS)
     check_choice("adversary", adversary, EXACT_ADVERSARIES)

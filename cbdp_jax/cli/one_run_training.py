@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_int_at_least
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice, check_int_at_least
 from cbdp_jax.cli._common import _echo_wrapped
 
 ONE_RUN_OPTIONS = ("canaries", "directions", "score")
@@ -42,7 +42,7 @@ def one_run_cmd(problem, setup: dict, o: dict[str, Any], claim, output_format: s
     """
     import jax
 
-    from cbdp_jax._src.one_run_training import one_run_training
+    from cbdp_jax._src.training_auditor.one_run.audit import one_run_training
 
     kind = _KIND_OF_THREAT.get(problem.threat)
     if kind is None:
@@ -70,7 +70,7 @@ def one_run_cmd(problem, setup: dict, o: dict[str, Any], claim, output_format: s
 
 
 def _emit(result, problem, setup: dict, output_format: str, out) -> None:
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
 
     record = result.to_dict() | {"training": setup}
     if out is not None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     check_int_at_least,
     check_output_folder,

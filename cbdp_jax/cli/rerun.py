@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.validation import InvalidParameterError, check_choice, check_output_folder
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_choice, check_output_folder
 from cbdp_jax.cli._common import FORMATS
 from cbdp_jax.cli.estimate import _emit, _result_record, run_estimate
 
@@ -103,7 +103,7 @@ def _differing_fields(stored: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
     Every number counts: estimates, bounds, diagnostics and training curves.
     """
-    from cbdp_jax._src.io import to_json
+    from cbdp_jax._src.infra.io import to_json
 
     a, b = _canonical(stored), _canonical(json.loads(to_json(new)))
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))

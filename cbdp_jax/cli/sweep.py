@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from cbdp_jax._src.display import number
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.display import number
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     check_choice,
     check_int_at_least,
@@ -29,7 +29,7 @@ from cbdp_jax.cli._common import (
 
 def _sweep_job(mechanism, epsilon, sigma, sensitivity, adversary, options, divergence, alpha,
                seeds, seed, config):  # fmt: skip
-    from cbdp_jax._src.sweep_job import SweepJob
+    from cbdp_jax._src.estimator.sweep_job import SweepJob
 
     check_choice("mechanism", mechanism, ("laplace", "gaussian"))
     if mechanism == "laplace" and sigma is not None:
@@ -60,7 +60,8 @@ def _sweep_job(mechanism, epsilon, sigma, sensitivity, adversary, options, diver
 def _run_sweep_here_or_launch(job, out: Path, processes: int, devices: int | None, distributed,
                               timeout: float, heartbeat: int) -> dict:  # fmt: skip
     """Runs the job in this process, as one process of a multi-host job, or launches local workers."""
-    from cbdp_jax._src import launch, sweep_job
+    from cbdp_jax._src.estimator import sweep_job
+    from cbdp_jax._src.infra import launch
 
     coordinator, num_processes, process_id = distributed
     if coordinator is None:
@@ -129,7 +130,7 @@ def sweep_cmd(
     jax.distributed (free loopback port, gloo CPU collectives) and gathers their results. Resumable:
     one unit per mechanism parameter under OUT/.units/sweep; files are written by process 0 only.
     """
-    from cbdp_jax._src.launch import DistributedError
+    from cbdp_jax._src.infra.launch import DistributedError
 
     check_choice("format", output_format, FORMATS)
     options = {"width": width, "depth": depth, "degree": degree, "features": features}
@@ -178,8 +179,8 @@ def _check_asked(mechanism: str, epsilon, sigma, ctx) -> None:
 
 def _check_fits(job) -> None:
     """The sweep's members, one compiled batch of them at a time, must fit in memory (before work)."""
-    from cbdp_jax._src.adversaries import make_adversary
-    from cbdp_jax._src.sizes import check_fits, critic_units, sweep_bytes
+    from cbdp_jax._src.estimator.adversaries import make_adversary
+    from cbdp_jax._src.infra.sizes import check_fits, critic_units, sweep_bytes
 
     dim = len(job.sensitivity) if job.sensitivity else 1
     units = critic_units(make_adversary(job.adversary, **job.adversary_options), dim)

@@ -50,7 +50,7 @@ PAPER_FIGURES = ("fig1a", "fig1b", "fig2a", "fig2b", "table1")
 
 def load(name: str) -> ModuleType:
     """Imports the experiment module registered under ``name``."""
-    from cbdp_jax._src.validation import check_choice
+    from cbdp_jax._src.infra.validation import check_choice
 
     check_choice("experiment", name, list(EXPERIMENTS))
     return importlib.import_module(f"cbdp_jax.experiments.{EXPERIMENTS[name][0]}")

@@ -9,7 +9,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cbdp_jax._src.io import atomic_savefig, atomic_write_csv, atomic_write_json, environment_info
+from cbdp_jax._src.infra.io import (
+    atomic_savefig,
+    atomic_write_csv,
+    atomic_write_json,
+    environment_info,
+)
 
 
 def pyplot():

@@ -96,7 +96,7 @@ class Setting:
     def crossing(self, form: str) -> float | None:
         """Where the (lin, Renyi) upper bound falls below Renyi-DP (analytic module), or None."""
         from cbdp_jax import analytic
-        from cbdp_jax._src.validation import InvalidParameterError
+        from cbdp_jax._src.infra.validation import InvalidParameterError
 
         key = "epsilon" if self.family == "laplace" else "sigma"
         try:

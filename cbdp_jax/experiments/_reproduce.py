@@ -28,10 +28,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from cbdp_jax._src.checkpoint import REUSED, STALE, UnitReport, UnitStore, fingerprint
-from cbdp_jax._src.io import to_json
-from cbdp_jax._src.progress import Progress
-from cbdp_jax._src.validation import check_choice, check_int_at_least
+from cbdp_jax._src.infra.checkpoint import REUSED, STALE, UnitReport, UnitStore, fingerprint
+from cbdp_jax._src.infra.io import to_json
+from cbdp_jax._src.infra.progress import Progress
+from cbdp_jax._src.infra.validation import check_choice, check_int_at_least
 from cbdp_jax.experiments import EXPERIMENTS, PAPER_FIGURES, available, load
 from cbdp_jax.experiments._common import check_line, is_failure, is_finding
 from cbdp_jax.experiments._costs import unit_seconds

@@ -29,8 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cbdp_jax._src.checkpoint import COMPUTED, REUSED, STALE, UnitReport, UnitStore
-from cbdp_jax._src.validation import check_int_at_least
+from cbdp_jax._src.infra.checkpoint import COMPUTED, REUSED, STALE, UnitReport, UnitStore
+from cbdp_jax._src.infra.validation import check_int_at_least
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ width 32 (range (-1, 1), closed under negation), two quantities are estimated on
 Laplace and Gaussian pairs:
 
 * IPM^H(P, Q) = sup_h |E_P h - E_Q h|: an adversary h = tanh(g) is trained here (Adam, the functional
-  NNX pattern of :mod:`cbdp_jax._src.adversary_fitting`) to maximise mean h(P) - mean h(Q) on training samples and
+  NNX pattern of :mod:`cbdp_jax._src.estimator.adversary_fitting`) to maximise mean h(P) - mean h(Q) on training samples and
   evaluated on independent test samples, giving an unbiased estimate of E_P h - E_Q h <= IPM^H with a
   CLT standard error and lower bound (closed under negation, so the signed objective has the same
   supremum, paper Lemma 6). The IPM over all [-1, 1]-valued functions is 2 TV (closed form): a ceiling.

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from cbdp_jax._src import orthopoly
-from cbdp_jax._src import quadrature as quad
+from cbdp_jax._src.exact import orthopoly
+from cbdp_jax._src.exact import quadrature as quad
 from cbdp_jax._src.exact.float64 import _exp
 from cbdp_jax._src.exact.grids import _EXTENT, _Grid
 from cbdp_jax._src.exact.laws import _Law1D

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src import quadrature as quad
-from cbdp_jax._src.divergences import Divergence, alpha_from_renyi, get_divergence
+from cbdp_jax._src.exact import quadrature as quad
 from cbdp_jax._src.exact.float64 import _N_BUCKET, _exp
 from cbdp_jax._src.exact.grids import _Grid
 from cbdp_jax._src.exact.problem import _Problem
+from cbdp_jax._src.privacy.divergences import Divergence, alpha_from_renyi, get_divergence
 
 GAP_TOL = 1e-10  # converged needs newton_decrement^2 / 2 <= GAP_TOL (1 + |value|)
 

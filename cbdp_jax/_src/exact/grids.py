@@ -9,7 +9,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from cbdp_jax._src import quadrature as quad
+from cbdp_jax._src.exact import quadrature as quad
 from cbdp_jax._src.exact.float64 import _log_weights
 from cbdp_jax._src.exact.laws import _Law1D
 

@@ -7,15 +7,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from cbdp_jax._src.divergences import DIVERGENCE_NAMES, Divergence
 from cbdp_jax._src.exact.pairs import NoisePair
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     _fail,
     check_choice,
     check_in_range,
     check_int_at_least,
 )
+from cbdp_jax._src.privacy.divergences import DIVERGENCE_NAMES, Divergence
 
 ADVERSARIES = ("linear", "poly")
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from cbdp_jax._src import quadrature as quad
+from cbdp_jax._src.exact import quadrature as quad
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cbdp_jax._src.divergences import DIVERGENCE_NAMES
 from cbdp_jax._src.exact.pairs import FAMILIES, NoisePair
-from cbdp_jax._src.validation import _fail, check_choice, check_int_at_least
+from cbdp_jax._src.infra.validation import _fail, check_choice, check_int_at_least
+from cbdp_jax._src.privacy.divergences import DIVERGENCE_NAMES
 
 # The largest polynomial degree whose exact value is certified, per noise family and divergence group
 # ('alpha' covers 'renyi' and 'alpha'; 'other' the degenerate 'tv', 'hellinger', 'js', exact 0 at every

@@ -18,7 +18,7 @@ import numpy as np
 
 from cbdp_jax._src import mechanisms as mech
 from cbdp_jax._src.exact.laws import _Law1D
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     _fail,
     check_choice,

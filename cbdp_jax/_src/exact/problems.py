@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cbdp_jax._src import orthopoly
-from cbdp_jax._src.divergences import get_divergence
+from cbdp_jax._src.exact import orthopoly
 from cbdp_jax._src.exact.basis import _BasisRef, _poly_basis, _poly_half_width, _rebase_renyi
 from cbdp_jax._src.exact.grids import _EXTENT, _KL_EXTENT, _Geometry1D, _Geometry2D
 from cbdp_jax._src.exact.inputs import _Adversary, _call_features
 from cbdp_jax._src.exact.laws import _Law1D
 from cbdp_jax._src.exact.problem import _Problem
+from cbdp_jax._src.privacy.divergences import get_divergence
 
 _LIN_KL_MARGIN = (
     1e-5  # Laplace lin KL keeps |u| <= 1 - margin (accurate tails need (1-|u|) extent >> 1)

@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from cbdp_jax._src.divergences import Divergence, renyi_from_alpha
 from cbdp_jax._src.exact.degrees import _degrees_chain, _solve_1d, _solve_chain
 from cbdp_jax._src.exact.float64 import _x64
 from cbdp_jax._src.exact.inputs import (
@@ -24,13 +23,14 @@ from cbdp_jax._src.exact.problems import _kind, _problem_1d, _problem_2d_laplace
 from cbdp_jax._src.exact.result import ExactResult, _from_solution, _result
 from cbdp_jax._src.exact.solver import _solve_problems
 from cbdp_jax._src.exact.structural import _structural
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     _fail,
     check_alpha,
     check_int_at_least,
     check_vector,
 )
+from cbdp_jax._src.privacy.divergences import Divergence, renyi_from_alpha
 
 
 class _Checked(NamedTuple):

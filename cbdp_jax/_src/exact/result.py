@@ -6,9 +6,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from cbdp_jax._src.divergences import renyi_from_alpha
 from cbdp_jax._src.exact.inputs import _Adversary
 from cbdp_jax._src.exact.pairs import NoisePair
+from cbdp_jax._src.privacy.divergences import renyi_from_alpha
 
 
 class ExactResult(NamedTuple):

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from cbdp_jax._src.divergences import alpha_from_renyi, get_divergence
 from cbdp_jax._src.exact.certificate import _evaluate
 from cbdp_jax._src.exact.float64 import _N_BUCKET
 from cbdp_jax._src.exact.grids import _Grid
 from cbdp_jax._src.exact.problem import _Problem
+from cbdp_jax._src.privacy.divergences import alpha_from_renyi, get_divergence
 
 _MAX_ROUNDS = 8  # grid-refinement rounds (roots of h and integrand modes move with theta)
 _MAX_ITER = 100  # Newton iterations per round

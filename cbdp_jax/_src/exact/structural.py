@@ -8,7 +8,7 @@ import numpy as np
 
 from cbdp_jax._src.exact.inputs import _Adversary, _call_features
 from cbdp_jax._src.exact.pairs import NoisePair
-from cbdp_jax._src.validation import InvalidParameterError, _fail
+from cbdp_jax._src.infra.validation import InvalidParameterError, _fail
 
 
 def _structural(

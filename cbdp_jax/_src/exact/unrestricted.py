@@ -7,15 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from cbdp_jax._src import quadrature as quad
-from cbdp_jax._src.divergences import Divergence
+from cbdp_jax._src.exact import quadrature as quad
 from cbdp_jax._src.exact.float64 import _x64
 from cbdp_jax._src.exact.grids import _EXTENT
 from cbdp_jax._src.exact.inputs import _Adversary, _parse_divergence
 from cbdp_jax._src.exact.laws import _Law1D
 from cbdp_jax._src.exact.pairs import NoisePair, output_laws
 from cbdp_jax._src.exact.result import ExactResult, _result
-from cbdp_jax._src.validation import _fail, check_alpha
+from cbdp_jax._src.infra.validation import _fail, check_alpha
+from cbdp_jax._src.privacy.divergences import Divergence
 
 
 def _unrestricted_rule(

@@ -12,6 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from cbdp_jax._src.infra.validation import (
+    _fail,
+)
 from cbdp_jax._src.mechanisms.base import (
     Dataset,
     Mechanism,
@@ -21,9 +24,6 @@ from cbdp_jax._src.mechanisms.base import (
     _check_scale,
     _fmt,
     _fmt_param,
-)
-from cbdp_jax._src.validation import (
-    _fail,
 )
 
 

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from cbdp_jax._src.programs import persistent_jit
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.programs import persistent_jit
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     _fail,
     check_int_at_least,

@@ -10,12 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.mechanisms.base import Dataset, Mechanism, _check_n
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
     _fail,
     check_int_at_least,
 )
+from cbdp_jax._src.mechanisms.base import Dataset, Mechanism, _check_n
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from cbdp_jax._src.infra.validation import (
+    _fail,
+    check_in_range,
+    check_int_at_least,
+)
 from cbdp_jax._src.mechanisms.base import (
     Dataset,
     Mechanism,
@@ -19,11 +24,6 @@ from cbdp_jax._src.mechanisms.base import (
     _check_points,
     _matrix_tuple,
     _no_density,
-)
-from cbdp_jax._src.validation import (
-    _fail,
-    check_in_range,
-    check_int_at_least,
 )
 
 

@@ -12,6 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from cbdp_jax._src.infra.validation import (
+    _fail,
+    check_in_range,
+    check_int_at_least,
+    check_positive,
+)
 from cbdp_jax._src.mechanisms.base import (
     Dataset,
     Mechanism,
@@ -19,12 +25,6 @@ from cbdp_jax._src.mechanisms.base import (
     _as_float_tuple,
     _check_points,
     _no_density,
-)
-from cbdp_jax._src.validation import (
-    _fail,
-    check_in_range,
-    check_int_at_least,
-    check_positive,
 )
 
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from cbdp_jax._src.mechanisms.additive import GaussianMechanism, LaplaceMechanism
-from cbdp_jax._src.mechanisms.base import MECHANISM_NAMES, Mechanism
-from cbdp_jax._src.mechanisms.discrete import NonPrivateRelease, RandomizedResponse
-from cbdp_jax._src.mechanisms.subsampled import SubsampledGaussianMechanism
-from cbdp_jax._src.validation import (
+from cbdp_jax._src.infra.validation import (
     _fail,
     check_choice,
     check_vector,
 )
+from cbdp_jax._src.mechanisms.additive import GaussianMechanism, LaplaceMechanism
+from cbdp_jax._src.mechanisms.base import MECHANISM_NAMES, Mechanism
+from cbdp_jax._src.mechanisms.discrete import NonPrivateRelease, RandomizedResponse
+from cbdp_jax._src.mechanisms.subsampled import SubsampledGaussianMechanism
 
 _FACTORY_PARAMS = {
     "laplace": ("epsilon", "sensitivity"),

@@ -11,6 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from cbdp_jax._src.infra.validation import (
+    _fail,
+    check_positive,
+)
 from cbdp_jax._src.mechanisms.base import (
     Dataset,
     Mechanism,
@@ -18,10 +22,6 @@ from cbdp_jax._src.mechanisms.base import (
     _check_points,
     _matrix_tuple,
     _no_density,
-)
-from cbdp_jax._src.validation import (
-    _fail,
-    check_positive,
 )
 
 

@@ -9,7 +9,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax._src import keys
+from cbdp_jax._src.infra import keys
+from cbdp_jax._src.infra.validation import (
+    _fail,
+)
 from cbdp_jax._src.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from cbdp_jax._src.mechanisms.base import (
     Dataset,
@@ -28,9 +31,6 @@ from cbdp_jax._src.mechanisms.combinators import (
 from cbdp_jax._src.mechanisms.discrete import NonPrivateRelease, RandomizedResponse
 from cbdp_jax._src.mechanisms.matrix import MatrixMechanism
 from cbdp_jax._src.mechanisms.subsampled import SubsampledGaussianMechanism
-from cbdp_jax._src.validation import (
-    _fail,
-)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -15,6 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from cbdp_jax._src.infra.validation import (
+    _fail,
+    check_choice,
+    check_in_range,
+    check_positive,
+)
 from cbdp_jax._src.mechanisms.additive import GaussianMechanism, LaplaceMechanism
 from cbdp_jax._src.mechanisms.base import (
     Dataset,
@@ -23,12 +29,6 @@ from cbdp_jax._src.mechanisms.base import (
     _check_points,
     _fmt,
     _no_density,
-)
-from cbdp_jax._src.validation import (
-    _fail,
-    check_choice,
-    check_in_range,
-    check_positive,
 )
 
 _MAX_SUBSET_RECORDS = 12  # log_density enumerates the 2^m subsets of the records

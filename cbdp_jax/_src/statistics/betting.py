@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.validation import InvalidParameterError, check_in_range
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_in_range
 
 TRUNCATION = 0.5  # c: the largest fraction of wealth ever bet (WSR's recommended 1/2 or 3/4)
 _BISECTION_STEPS = 60

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from cbdp_jax._src.validation import InvalidParameterError, check_in_range
+from cbdp_jax._src.infra.validation import InvalidParameterError, check_in_range
 
 
 def _checked(k, n):

@@ -33,9 +33,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cbdp_jax._src.infra.validation import check_choice, check_in_range, check_int_at_least
 from cbdp_jax._src.statistics import berry_esseen, betting
 from cbdp_jax._src.statistics import moments as mom
-from cbdp_jax._src.validation import check_choice, check_in_range, check_int_at_least
 
 GUARANTEES = ("exact", "finite-sample", "asymptotic")
 FINITE_SAMPLE_METHODS = ("auto", "berry-esseen", "betting")

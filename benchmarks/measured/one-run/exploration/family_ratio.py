@@ -8,7 +8,7 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3]
 import one_run_vs_jax_privacy as B
 from jax_privacy import auditing as jpa
 
-from cbdp_jax._src import one_run as o
+from cbdp_jax._src.mechanism_auditor import one_run as o
 
 rng = np.random.default_rng(10)
 for case in [

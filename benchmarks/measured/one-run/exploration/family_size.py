@@ -3,7 +3,7 @@
 import numpy as np
 from jax_privacy import auditing as jpa
 
-from cbdp_jax._src import one_run as o
+from cbdp_jax._src.mechanism_auditor import one_run as o
 
 
 def fam(m, ratio, smallest=8, shapes=("two", "one")):

@@ -4,7 +4,7 @@ import dp_accounting
 import numpy as np
 from jax_privacy import auditing as jpa
 
-from cbdp_jax._src import one_run as o
+from cbdp_jax._src.mechanism_auditor import one_run as o
 
 m, k, c = 1000, 100, 93
 tau = 0.05 / 1001

@@ -6,7 +6,7 @@ import time
 import numpy as np
 from jax_privacy import auditing as jpa
 
-from cbdp_jax._src import one_run as o
+from cbdp_jax._src.mechanism_auditor import one_run as o
 
 rng = np.random.default_rng(7)
 m, eps, delta, n = 1000, 1.0, 1e-10, 200

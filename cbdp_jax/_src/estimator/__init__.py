@@ -1,0 +1,1 @@
+"""The capacity-bounded divergence estimator: plan, fit the adversaries, certify on held-out samples."""

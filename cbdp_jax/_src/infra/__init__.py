@@ -1,0 +1,1 @@
+"""Shared infrastructure: validation, keys, progress, interrupts, sizes, files and the program store."""

@@ -1,0 +1,1 @@
+"""The DP-training auditor: a DP step and its sampler, prepared, probed, run many times, scored, certified."""

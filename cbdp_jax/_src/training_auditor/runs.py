@@ -1,8 +1,9 @@
-"""The run engine: one pure ``run(key, present)`` per training, vmapped in chunks, one program per shape.
+"""Stage 3 of a training audit, the run engine: one pure ``run(key, present)`` per training, vmapped.
 
-:func:`prepare` fixes once what every run shares: the split model, the data laid out in slots with
-the canary's slot last, what that slot holds on D and on D' under the audited relation, the
-canary's direction and unit, and the probes' findings (:mod:`~cbdp_jax._src.training_auditor.probes`).
+:func:`~cbdp_jax._src.training_auditor.prepare.prepare` (stages 1 and 2) fixes once what every run
+shares: the split model, the data laid out in slots with the canary's slot last, what that slot
+holds on D and on D' under the audited relation, the canary's direction and unit, and the probes'
+findings (:mod:`~cbdp_jax._src.training_auditor.probes`).
 :func:`make_run` returns the pure function of one training: ``present`` = 1 is D, 0 is D'. Under
 add/remove D' is D with its last slot absent (the sampler draws from one example fewer and the step's
 ``batch_mask`` never holds it); under zero-out the slot is in the batches with a zero gradient;

@@ -279,7 +279,7 @@ def test_sweep_command_errors_name_the_parameter(tmp_path, monkeypatch, capsys, 
 def test_launcher_and_job_modules_import_only_the_private_layer():
     import ast
 
-    for name in ("launch.py", "sweep_job.py"):
+    for name in ("infra/launch.py", "estimator/sweep_job.py"):
         tree = ast.parse((ROOT / "cbdp_jax" / "_src" / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cbdp_jax"):

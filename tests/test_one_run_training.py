@@ -312,7 +312,7 @@ SYN = dict(data="synthetic", n=31, rate=0.125, steps=6)
 def test_a_defect_makes_a_one_run_verdict_say_so_unless_a_violation_is_certified():
     # with_defects on plain results (no training): a defect without a certified violation is never
     # a plain pass; beside a violation the verdict keeps the violation; no defect changes nothing.
-    from cbdp_jax._src.mechanism_auditor.audit import Defect
+    from cbdp_jax._src.mechanism_auditor.results import Defect
     from cbdp_jax._src.training_auditor.one_run.audit import OneRunTrainingResult, with_defects
 
     fields = dict(kind="gradient", canaries=10, included=5, directions="coordinate", bounds={},

@@ -109,15 +109,14 @@ def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
 
 
 def parts_block(graph: dict[str, set[str]]) -> str:
-    """The parts, lowest first: modules, lines, and the parts each imports (from the code)."""
+    """The parts, lowest first: how many modules, and the parts each imports (from the code)."""
     src = ROOT / "cbdp_jax" / "_src"
     imports = part_graph(graph)
     lines = []
     for name, says in PARTS:
         files = sorted((src / name).rglob("*.py"))
-        n = sum(len(f.read_text().splitlines()) for f in files)
         below = ", ".join(p for p in PART_NAMES if p in imports[name]) or "nothing"
-        lines.append(f"{name + '/':<20} {len(files):>3} modules {n:>6} lines  imports: {below}")
+        lines.append(f"{name + '/':<20} {len(files):>3} modules  imports: {below}")
         lines.extend(
             textwrap.wrap(says, WIDTH, initial_indent=" " * 21, subsequent_indent=" " * 21)
         )

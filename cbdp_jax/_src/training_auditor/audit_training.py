@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from cbdp_jax._src.infra.memo import remembered
 from cbdp_jax._src.infra.validation import InvalidParameterError, check_key
 from cbdp_jax._src.mechanism_auditor.loading import AuditMechanism, AuditRefusedError
 from cbdp_jax._src.training_auditor.critics import release_groups
@@ -49,7 +50,6 @@ from cbdp_jax._src.training_auditor.runs import (
     RunOutput,
     make_run,
     many_runs,
-    remembered,
     training_runs,
 )
 

@@ -41,11 +41,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from cbdp_jax._src.infra.memo import remembered
 from cbdp_jax._src.infra.validation import InvalidParameterError, check_int_at_least, check_key
 from cbdp_jax._src.training_auditor.ops import Prepared, example_loss, lone_response, tree_dot
 from cbdp_jax._src.training_auditor.prepare import prepare
 from cbdp_jax._src.training_auditor.problem import TrainingProblem
-from cbdp_jax._src.training_auditor.runs import _llr, make_run, remembered
+from cbdp_jax._src.training_auditor.runs import _llr, make_run
 
 ADVERSARIES = ("loss", "linear", "mlp", "white-box", "all-updates")
 LABELS = {

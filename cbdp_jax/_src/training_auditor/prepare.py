@@ -142,5 +142,3 @@ def _unit(problem: TrainingProblem, tx, prep: Prepared) -> float:
             f"direction (response {unit:g}; is the step applied to per-example gradients?)"
         )
     return unit
-
-

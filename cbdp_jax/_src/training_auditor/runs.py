@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from cbdp_jax._src.infra.memo import remembered
 from cbdp_jax._src.infra.sharded_runs import sharded_runs
 from cbdp_jax._src.infra.validation import (
     InvalidParameterError,
@@ -267,23 +268,6 @@ def training_runs(
         progress=progress, programs=programs, blocks=blocks,
     )  # fmt: skip
     return RunOutput(*out)
-
-
-def remembered(store: dict, owners: tuple, extra: Any, build, *, keep: int) -> Any:
-    """``build()``, kept in ``store`` under the identity of ``owners`` and ``extra``.
-
-    Identity, not equality: a problem holds a module, so it is not hashable. A hit must hold the very
-    same objects; the ``keep`` newest entries stay.
-    """
-    key = (*map(id, owners), extra)
-    hit = store.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], owners, strict=True)):
-        return hit[1]
-    value = build()
-    while len(store) >= keep:
-        store.pop(next(iter(store)))
-    store[key] = (owners, value)
-    return value
 
 
 _PROGRAMS: dict[tuple, tuple[tuple, Any]] = {}

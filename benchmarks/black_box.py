@@ -56,7 +56,7 @@ CASES = ("worst-case:crafted", "average-case:crafted", "average-case:default")
 
 def gdp_epsilon(mu: float, delta: float) -> float:
     """eps at ``delta`` of mu-GDP (Dong, Roth, Su 2022, Cor. 2.13), by bisection (0 if mu <= 0)."""
-    from cbdp_jax._src.mechanism_auditor.epsilon import gdp_delta
+    from cbdp_jax.audit import gdp_delta
 
     if not mu > 0:
         return 0.0
@@ -71,8 +71,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 def _problem(case: str, args, eps: float, rate: float):
     from cbdp_jax import training_audit as ta
-    from cbdp_jax._src.privacy.accounting import dpsgd_noise
-    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
+    from cbdp_jax.training_audit import crafted_problem, dpsgd_noise
 
     init, canary = case.split(":")
     noise = dpsgd_noise(eps, DELTA, rate, args.steps)

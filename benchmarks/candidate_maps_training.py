@@ -30,7 +30,7 @@ from _common import parser, setup_device, write  # noqa: E402
 from cbdp_jax._src.estimator import adversary_fitting, adversary_fitting_ensemble
 from cbdp_jax._src.estimator import plan as estimator_plan
 from cbdp_jax._src.infra import keys  # noqa: E402
-from cbdp_jax._src.privacy.divergences import get_divergence  # noqa: E402
+from cbdp_jax.divergences import get_divergence  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig  # noqa: E402
 
 

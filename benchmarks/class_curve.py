@@ -39,8 +39,7 @@ SETTINGS = {
 
 def _problem(setting: dict, args):
     from cbdp_jax import training_audit as ta
-    from cbdp_jax._src.privacy.accounting import dpsgd_noise
-    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
+    from cbdp_jax.training_audit import crafted_problem, dpsgd_noise
 
     noise = dpsgd_noise(args.epsilon, DELTA, setting["rate"], args.steps)
     problem, report = crafted_problem(
@@ -54,7 +53,7 @@ def _problem(setting: dict, args):
 
 
 def one(name: str, args) -> dict:
-    from cbdp_jax._src.training_auditor.class_curve import class_curve
+    from cbdp_jax.training_audit import class_curve
 
     setting = SETTINGS[name]
     problem, report, noise = _problem(setting, args)

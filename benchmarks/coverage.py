@@ -62,9 +62,9 @@ import numpy as np  # noqa: E402
 
 from cbdp_jax import exact  # noqa: E402
 from cbdp_jax._src.estimator.adversary_fitting_ensemble import apply_fn  # noqa: E402
-from cbdp_jax._src.privacy.divergences import get_divergence  # noqa: E402
 from cbdp_jax._src.statistics.bounds import f_from_renyi, to_reported  # noqa: E402
 from cbdp_jax.adversaries import AdversarySpec  # noqa: E402
+from cbdp_jax.divergences import get_divergence  # noqa: E402
 from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples  # noqa: E402
 from cbdp_jax.mechanisms import GaussianMechanism, LaplaceMechanism  # noqa: E402
 from cbdp_jax.sweep import SweepConfig, evaluate_sweep, train_sweep  # noqa: E402

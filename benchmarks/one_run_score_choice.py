@@ -35,9 +35,9 @@ import numpy as np
 from scipy import optimize
 
 from cbdp_jax._src.infra.io import git_commit
-from cbdp_jax._src.mechanism_auditor.one_run import gdp_epsilon, one_run_audit
 from cbdp_jax._src.privacy.accounting import dpsgd_delta, dpsgd_epsilon, dpsgd_noise
 from cbdp_jax.audit import gdp_delta
+from cbdp_jax.one_run import gdp_epsilon, one_run_audit
 
 OUT = Path(__file__).parent / "measured" / "one-run-training" / "score-choice.json"
 Q, T, DELTA, BETA = 0.01, 1000, 1e-5, 0.05

@@ -38,8 +38,8 @@ from scipy import optimize
 
 from cbdp_jax import training_audit as ta
 from cbdp_jax._src.infra.io import git_commit
-from cbdp_jax._src.privacy.accounting import dpsgd_noise
 from cbdp_jax.audit import gdp_delta
+from cbdp_jax.training_audit import dpsgd_noise
 
 OUT = Path(__file__).parent / "measured" / "one-run-training"
 HIDDEN = 400
@@ -91,7 +91,7 @@ def soundness(args) -> dict:
     res = ta.one_run_repeats(jax.random.key(0), p, args.runs, canaries=1000, chunk=8)
     claim = res[0].claim_epsilon
     counts = {k: sum((_eps(r, k) or 0.0) > claim for r in res) for k in METHODS}
-    from cbdp_jax._src.mechanism_auditor.one_run import one_run_audit
+    from cbdp_jax.one_run import one_run_audit
 
     post_hoc = sum(
         one_run_audit(r.scores, r.scores > np.median(r.scores), method="fdp").epsilon > claim
@@ -133,7 +133,7 @@ def key_reuse(args) -> dict:
 
 def black_box_crafted(args) -> dict:
     """Input canaries (ood) from the crafted start (worst-case and average-case), eps near 8."""
-    from cbdp_jax._src.training_auditor.crafted_init import crafted_problem
+    from cbdp_jax.training_audit import crafted_problem
 
     rows = {}
     noise = dpsgd_noise(8.0, 1e-5, 0.01, 1000)

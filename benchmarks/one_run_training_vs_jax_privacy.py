@@ -68,7 +68,7 @@ def theirs() -> None:
 
 def ours() -> None:
     from cbdp_jax._src.infra.io import git_commit
-    from cbdp_jax._src.mechanism_auditor.one_run import one_run_audit
+    from cbdp_jax.one_run import one_run_audit
 
     jp = {
         (r["file"], r["run"]): r

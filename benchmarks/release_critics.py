@@ -41,7 +41,7 @@ from user_noise_bugs import problem as problem_with  # noqa: E402
 from cbdp_jax import training_audit as ta  # noqa: E402
 from cbdp_jax._src.mechanism_auditor.hockey_stick import tail_epsilon  # noqa: E402
 from cbdp_jax._src.statistics import binomial  # noqa: E402
-from cbdp_jax._src.statistics.bounds import family_confidence  # noqa: E402
+from cbdp_jax.statistics import family_confidence  # noqa: E402
 
 CLAIM_EPS = 4.015
 

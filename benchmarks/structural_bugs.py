@@ -44,7 +44,7 @@ CASES = {
 
 def _ceiling(p_in: float, n_test: int, family: int, delta: float = 1e-5) -> float:
     from cbdp_jax._src.statistics import binomial
-    from cbdp_jax._src.statistics.bounds import family_confidence
+    from cbdp_jax.statistics import family_confidence
 
     share = (1.0 - family_confidence(0.95, family)) / 2.0
     q_up = float(binomial.clopper_pearson_upper(0, n_test, 1.0 - share))

@@ -35,8 +35,8 @@ from cbdp_jax._src.estimator import (
     sweep_programs,
     sweep_types,  # noqa: E402
 )
-from cbdp_jax._src.estimator.evaluation import z_quantile  # noqa: E402
 from cbdp_jax.mechanisms import LaplaceMechanism  # noqa: E402
+from cbdp_jax.statistics import z_quantile  # noqa: E402
 
 # The headline setting: 256 linear adversaries, 16 fresh samples per side per step, 1000 steps (one
 # evaluation block: the validation pass is timed once per call, as in a run with early stopping off).

@@ -33,8 +33,8 @@ import jax.numpy as jnp
 
 from cbdp_jax import audit as au
 from cbdp_jax._src.infra.io import atomic_write_json, environment_info
-from cbdp_jax._src.mechanism_auditor.hockey_stick import gaussian_sigma_for
 from cbdp_jax.audit_suite import SUITE, as_arrays
+from cbdp_jax.hockey_stick import gaussian_sigma_for
 
 
 def old_claimed(claim: au.Claim, eps: float) -> float:

@@ -64,7 +64,7 @@ def worker(out: str, runs: int) -> None:
 
 
 def _layout(name: str, runs: int, tmp: Path) -> dict:
-    from cbdp_jax._src.infra.launch import launch
+    from cbdp_jax.distributed import launch
 
     out = tmp / f"{name}.npy"
     argv = [str(Path(__file__).resolve()), "--worker", str(out), "--runs", str(runs)]

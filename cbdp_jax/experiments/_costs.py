@@ -84,7 +84,7 @@ def unit_seconds(experiment: str, quick: bool, kind: str) -> float:
 
 def measured(out_dir: str | Path, quick: bool) -> dict[str, dict[str, float]]:
     """Median stored compute seconds per (experiment, kind) of a finished run under ``out_dir``."""
-    from cbdp_jax._src.infra.checkpoint import UnitStore
+    from cbdp_jax.checkpoint import UnitStore
     from cbdp_jax.experiments import available, load
     from cbdp_jax.experiments._units import has_units, unit_store
 

@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.mechanisms import Mechanism
 from cbdp_jax.experiments._common import (
     StoredEstimate,
     Timer,
@@ -49,6 +48,7 @@ from cbdp_jax.experiments._common import (
     save_outputs,
 )
 from cbdp_jax.experiments._units import Unit, run_experiment
+from cbdp_jax.mechanisms import Mechanism
 
 NAME = "adaptive_composition"
 Q_RATE = 0.5

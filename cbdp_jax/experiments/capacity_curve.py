@@ -28,7 +28,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax._src.statistics.bounds import family_confidence, z_quantile
 from cbdp_jax.experiments._common import (
     budget_summary,
     check,
@@ -39,6 +38,7 @@ from cbdp_jax.experiments._common import (
     save_outputs,
 )
 from cbdp_jax.experiments._units import Unit, run_experiment
+from cbdp_jax.statistics import family_confidence, z_quantile
 
 NAME = "capacity_curve"
 WIDTHS = (2, 4, 8, 16, 32, 64, 128, 256)

@@ -34,7 +34,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax.experiments._common import (
     StoredEstimate,
     Timer,
@@ -48,6 +47,7 @@ from cbdp_jax.experiments._common import (
     save_outputs,
 )
 from cbdp_jax.experiments._units import Unit, run_experiment
+from cbdp_jax.statistics import z_quantile
 
 NAME = "convexity"
 EPS_A = 2.0  # Laplace component (KL part)

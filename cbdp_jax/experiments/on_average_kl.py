@@ -43,7 +43,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax.experiments._common import (
     StoredEstimate,
     Timer,
@@ -63,6 +62,7 @@ from cbdp_jax.experiments._gibbs import (
     _sample_posterior,
 )
 from cbdp_jax.experiments._units import Unit, run_experiment
+from cbdp_jax.statistics import z_quantile
 
 NAME = "on_average_kl"
 N_DATA = 20

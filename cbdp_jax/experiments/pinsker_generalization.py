@@ -41,7 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from cbdp_jax._src.statistics import berry_esseen
-from cbdp_jax._src.statistics.bounds import finite_sample_lower_bound, z_quantile
 from cbdp_jax.experiments._common import (
     StoredEstimate,
     Timer,
@@ -54,6 +53,7 @@ from cbdp_jax.experiments._common import (
     save_outputs,
 )
 from cbdp_jax.experiments._units import Unit, run_experiment
+from cbdp_jax.statistics import finite_sample_lower_bound, z_quantile
 
 NAME = "pinsker_generalization"
 # The numbers of :func:`ipm_estimate` in a stored unit; its JSON holds non-finite ones as strings.

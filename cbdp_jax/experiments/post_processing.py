@@ -30,7 +30,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cbdp_jax._src.statistics.bounds import z_quantile
 from cbdp_jax.experiments._common import (
     StoredEstimate,
     Timer,
@@ -45,6 +44,7 @@ from cbdp_jax.experiments._common import (
     save_outputs,
 )
 from cbdp_jax.experiments._units import Unit, run_experiment
+from cbdp_jax.statistics import z_quantile
 
 NAME = "post_processing"
 EPSILON = 1.0

@@ -244,6 +244,8 @@ def test_the_bug_help_lists_every_library_bug_and_the_blind_spot_table():
     assert "cnn" in flat and "--canary-norm" in flat and "--problem" in flat
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # 20-42 s: end to end (docs/guide/testing.md)
 def test_the_blind_spot_table_is_what_the_probes_report():
     # The help's table (planted_bugs.BLIND_AT_DEFAULTS) against the audit's probes on the command
     # line's defaults (only T is smaller: the probes do not train), every bug and threat.

@@ -51,6 +51,8 @@ def test_rescaling_multiplies_the_logits_and_keeps_the_predictions():
         np.testing.assert_allclose(after, before * 2.0**depth, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # 20-42 s: end to end (docs/guide/testing.md)
 def test_worst_case_black_box_loss_is_the_accountants_gaussian(worst):
     # On D' the canary's final loss is c - k S sqrt(T) Z and on D c - k (T + S sqrt(T) Z): the
     # standardised shift is sqrt(T) / S = 1 and the spreads are equal. With 1500 runs a side the

@@ -301,6 +301,8 @@ def test_atom_indicators_are_per_coordinate_with_a_fixed_number_of_slots():
     np.testing.assert_array_equal(out[:, 2 + k], (x[:, 1] == 1.0).astype(float))
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # 20-42 s: end to end (docs/guide/testing.md)
 def test_the_map_race_trains_only_the_leader_in_full_with_the_key_it_would_have_had(monkeypatch):
     """'auto' on atoms beside Cauchy laws (the screen sends all three maps to the race): each map
     trains one validation block, and only the leader is trained in full. Against the full selection

@@ -110,6 +110,8 @@ def _nan_step(threshold: float):
     return optax.GradientTransformationExtraArgs(inner.init, update)
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # 20-42 s: end to end (docs/guide/testing.md)
 def test_runs_with_nan_parameters_refuse_the_audit_naming_their_share(base):
     # P(N > 2) = 2.3% per step, so about 1 - 0.977^8 = 17% of the runs end with NaN parameters
     problem = dataclasses.replace(base, step=_nan_step(2.0))

@@ -234,6 +234,8 @@ def _audit(problem, runs, key=0):
     return ta.audit_training(jax.random.key(key), problem, config=config)
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # 20-42 s: end to end (docs/guide/testing.md)
 def test_mean_over_batch_is_certified_under_add_remove_and_the_correct_step_is_not():
     # Worst-case data, expected batch 8, T = 16, S = 1: the claim is (2.242, 1e-5). 2 x 10^4 runs per
     # side; the slow test counts 20 audits of each.
@@ -248,6 +250,8 @@ def test_mean_over_batch_is_certified_under_add_remove_and_the_correct_step_is_n
     assert not correct.violation and correct.violation_point is None, correct.verdict
 
 
+@pytest.mark.slow
+@pytest.mark.ci  # 20-42 s: end to end (docs/guide/testing.md)
 def test_full_batch_division_by_the_size_is_seen_under_add_remove_never_under_zero_out():
     # q = 1, T = 10, S = 6 (claim 2.114 at 1e-5, mu 0.527); dividing by the data set's size doubles
     # the canary's move on D against D' under add/remove (mu about 1.05) and is exact under zero-out.

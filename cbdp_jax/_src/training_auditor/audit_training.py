@@ -36,6 +36,7 @@ from cbdp_jax._src.infra.validation import InvalidParameterError, check_key
 from cbdp_jax._src.mechanism_auditor.loading import AuditMechanism, AuditRefusedError
 from cbdp_jax._src.training_auditor.critics import release_groups
 from cbdp_jax._src.training_auditor.dp_steps import BUGS, DpSgdState, dp_sgd
+from cbdp_jax._src.training_auditor.noise_probes import verdict_with_defects
 from cbdp_jax._src.training_auditor.ops import Prepared
 from cbdp_jax._src.training_auditor.prepare import prepare
 from cbdp_jax._src.training_auditor.problem import (
@@ -328,13 +329,7 @@ def audit_training(
         mech = dataclasses.replace(mech, devices=devices, progress=progress, checkpoint=checkpoint)
     result = audit(key, mech, parsed, pair=([1.0], [0.0]), config=config)
     defects = mech.prep.defects
-    verdict = result.verdict
-    if defects and not result.violation:  # never a plain "no violation"
-        verdict = (
-            f"{verdict}; but the step fails {len(defects)} of the noise probes "
-            f"({', '.join(d.kind for d in defects)}): the claim's accountant does not describe "
-            "this step, so no violation certified is not a clean bill"
-        )
+    verdict = verdict_with_defects(result.verdict, result.violation, defects)
     return dataclasses.replace(
         result, relation=relation, blind_spots=mech.prep.blind_spots, defects=defects,
         verdict=verdict,

@@ -48,8 +48,9 @@ import optax
 from jax.flatten_util import ravel_pytree
 from scipy import stats
 
+from cbdp_jax._src.infra.programs import quick_options
 from cbdp_jax._src.mechanism_auditor.results import Defect
-from cbdp_jax._src.training_auditor.ops import QUICK, Prepared, apply_step, rekey_with
+from cbdp_jax._src.training_auditor.ops import Prepared, apply_step, rekey_with
 from cbdp_jax._src.training_auditor.problem import TrainingProblem
 
 LEVEL = 1e-6  # family-wise: a correct step is named with probability at most this
@@ -152,6 +153,21 @@ def noise_defects(
         out += _calibration(rec, alive, shifted, names, leaves=_leaf_of(prep.params, shifted),
                             shift=shift, claimed=noise * clip)  # fmt: skip
     return tuple(out)
+
+
+def verdict_with_defects(verdict: str, violation: bool, defects) -> str:
+    """An audit's verdict, saying so where the step failed probes and no violation is certified.
+
+    A defect means the claim's accountant does not describe the step, so "no violation" is never
+    left plain beside one; beside a certified violation the verdict stands as it is.
+    """
+    if not defects or violation:
+        return verdict
+    return (
+        f"{verdict}; but the step fails {len(defects)} of the noise probes "
+        f"({', '.join(d.kind for d in defects)}): the claim's accountant does not describe "
+        "this step, so no violation certified is not a clean bill"
+    )
 
 
 def _p(p: float) -> str:
@@ -261,7 +277,9 @@ def _build(tx, prep: Prepared, cap: int, steps: int, watched, shifted, paired, s
         state = rekey_with(tx.init(params), start, raw)
         return jax.lax.scan(body, (params, state), fresh)[1]
 
-    program = jax.jit(jax.vmap(one_run, in_axes=(0, 0, None, None)), compiler_options=QUICK)
+    program = jax.jit(
+        jax.vmap(one_run, in_axes=(0, 0, None, None)), compiler_options=quick_options()
+    )
     return lambda starts, fresh: program(starts, fresh, batches, prep.params)
 
 

@@ -18,11 +18,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from cbdp_jax._src.infra.programs import quick_options
 from cbdp_jax._src.training_auditor.problem import cross_entropy
-
-# XLA:CPU options of a probe's program, run once for milliseconds: compiled without LLVM's costly
-# optimisation (it compiles several times faster; the program's results are the same arithmetic).
-QUICK = {"xla_backend_optimization_level": 0}
 
 
 class Prepared(NamedTuple):
@@ -203,7 +200,7 @@ def _response_program(tx):
         u0, _ = apply_step(tx, base, state, params, mask)
         return tree_dot(jax.tree.map(jnp.subtract, u1, u0), direction)
 
-    return jax.jit(response, compiler_options=QUICK)
+    return jax.jit(response, compiler_options=quick_options())  # run once, for milliseconds
 
 
 def slot_batch(prep: Prepared, idx: jax.Array, present):

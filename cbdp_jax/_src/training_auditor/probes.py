@@ -27,9 +27,10 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from cbdp_jax._src.infra.programs import quick_options
 from cbdp_jax._src.infra.validation import InvalidParameterError
 from cbdp_jax._src.mechanism_auditor.results import BlindSpot
-from cbdp_jax._src.training_auditor.ops import QUICK, Prepared, apply_step, lone_response, rekey
+from cbdp_jax._src.training_auditor.ops import Prepared, apply_step, lone_response, rekey
 from cbdp_jax._src.training_auditor.problem import TrainingProblem
 
 _WRAP = (
@@ -145,7 +146,9 @@ def _noise_spots(problem: TrainingProblem, tx, prep: Prepared) -> list[BlindSpot
         return ravel_pytree(apply_step(tx, zeros, new, prep.params, mask)[0])[0]
 
     # one program (op-by-op dispatch under vmap compiles each operation on its own)
-    ups = jax.jit(jax.vmap(update), compiler_options=QUICK)(jax.random.split(jax.random.key(1), 32))
+    ups = jax.jit(jax.vmap(update), compiler_options=quick_options())(
+        jax.random.split(jax.random.key(1), 32)
+    )
     still = np.asarray(jnp.all(ups == ups[:1], axis=0))
     if not still.any():
         return []

@@ -47,7 +47,7 @@ from cbdp_jax._src.infra.validation import (
 from cbdp_jax._src.mechanism_auditor.loading import AuditRefusedError
 from cbdp_jax._src.mechanism_auditor.one_run import METHODS, one_run_audit
 from cbdp_jax._src.privacy.accounting import dpsgd_epsilon
-from cbdp_jax._src.training_auditor.noise_probes import noise_defects
+from cbdp_jax._src.training_auditor.noise_probes import noise_defects, verdict_with_defects
 from cbdp_jax._src.training_auditor.one_run.canaries import gradient_canaries, input_canaries
 from cbdp_jax._src.training_auditor.one_run.engine import (
     Layout,
@@ -337,13 +337,7 @@ def probe_defects(problem: TrainingProblem, layout: Layout) -> tuple:
 
 def with_defects(result: OneRunTrainingResult, defects: tuple) -> OneRunTrainingResult:
     """``result`` with its defects; a verdict without a certified violation says they exist."""
-    verdict = result.verdict
-    if defects and not result.violation:  # never a plain "no violation"
-        verdict = (
-            f"{verdict}; but the step fails {len(defects)} of the noise probes "
-            f"({', '.join(d.kind for d in defects)}): the claim's accountant does not describe "
-            "this step, so no violation certified is not a clean bill"
-        )
+    verdict = verdict_with_defects(result.verdict, result.violation, defects)
     return dataclasses.replace(result, defects=tuple(defects), verdict=verdict)
 
 

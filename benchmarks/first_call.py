@@ -4,7 +4,8 @@ Each unit is one fresh process with ``CBDP_JAX_CACHE_DIR`` set to a new empty fo
 apart), the first ``estimate_from_samples`` call at the library's defaults (what
 ``benchmarks/vs_dp_auditorium.py --ours-settings default`` runs: ``EstimatorConfig()``, the default
 class, Renyi alpha = 2, one direction), then ``--repeats`` warm calls. The process counts XLA's
-backend compiles of the first call and their seconds (JAX's compile-duration events). With several
+backend compiles of the first call and their seconds (JAX's compile-duration events; ``programs``:
+each compile's program, wall seconds and the process's CPU seconds meanwhile). With several
 ``--trees`` (source trees put first on ``PYTHONPATH``: a commit before and after a change), the trees
 alternate unit by unit, so both see the same load; ``uptime``'s 1-minute load is recorded per unit.
 
@@ -31,6 +32,7 @@ CPU_START = time.process_time()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -69,11 +71,21 @@ def worker(args: argparse.Namespace) -> None:
 
     import_s, import_cpu = time.perf_counter() - T_START, time.process_time() - CPU_START
     compiles: list[float] = []
+    programs: list[dict] = []  # each backend compile: the program, its wall and the process's CPU
+    cpu_at_start: dict = {}
+
+    def started(event: str, value: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            cpu_at_start[kwargs.get("fun_name")] = time.process_time()
 
     def listener(event: str, duration: float, **kwargs) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
             compiles.append(duration)
+            name = kwargs.get("fun_name")
+            cpu = time.process_time() - cpu_at_start.pop(name, math.nan)
+            programs.append({"program": name, "wall_s": duration, "cpu_s": cpu})
 
+    jax.monitoring.register_scalar_listener(started)
     jax.monitoring.register_event_duration_secs_listener(listener)
     p, q = draw(args.case, args.n, args.seed)
 
@@ -88,7 +100,7 @@ def worker(args: argparse.Namespace) -> None:
         }
 
     first = call()
-    first.update(compiles=len(compiles), compile_s=sum(compiles))
+    first.update(compiles=len(compiles), compile_s=sum(compiles), programs=list(programs))
     warm = [call() for _ in range(args.repeats)]
     print(
         json.dumps({"import_s": import_s, "import_cpu_s": import_cpu, "first": first, "warm": warm})

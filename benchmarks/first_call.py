@@ -15,7 +15,7 @@ mean mechanism at eps = 1 on D1 = [0] and D2 = [0, 1] (values in [0, 1]: the mea
 of scale 2 / (|D| + Lap(2)), clamped at 1e-12), drawn here by numpy from that definition, so that
 DP-Auditorium's venv is not needed. DP-Auditorium's own times are not measured here: the summary puts
 beside ours the medians of its first and warm calls from ``measured/vs-dp-auditorium-default/``
-(same cases and sizes, same machine, load 3.8-7.6).
+(same cases and sizes, same machine; its README gives the commit and the load).
 
 Usage:
   python benchmarks/first_call.py --trees /tmp/base1 . --out DIR

@@ -43,6 +43,7 @@ from cbdp_jax._src.infra.validation import (
     check_key,
     check_positive,
 )
+from cbdp_jax._src.mechanism_auditor import blocks
 from cbdp_jax._src.statistics import betting, binomial
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence
 
@@ -280,8 +281,8 @@ def fit_logit(
     check_key(key)
     spec = make_adversary(adversary, **options)
     k_init, k_train = jax.random.split(key)
-    both = np.concatenate([xp, xq])
-    loc, scale = both.mean(0), both.std(0) + 1e-6
+    mean, std = blocks.mean_std(xp, xq)  # both samples' mean and spread, a block at a time
+    loc, scale = mean, std + 1e-6
     module = spec.build(k_init, xp.shape[1], loc=loc, scale=scale)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     params = _train(
@@ -289,8 +290,11 @@ def fit_logit(
         jnp.asarray(xq, jnp.float32), 1.0, k_train, steps, min(batch, len(xp), len(xq)),
     )  # fmt: skip
 
-    def logit(x: np.ndarray) -> np.ndarray:
+    def block(x: np.ndarray) -> np.ndarray:
         return np.asarray(_apply(graphdef, params, rest, jnp.asarray(x, jnp.float32)), np.float64)
+
+    def logit(x: np.ndarray) -> np.ndarray:  # row-wise: a block at a time (the same numbers)
+        return blocks.in_blocks(block, x)
 
     return logit, spec.label
 

@@ -10,8 +10,9 @@ Exactness. Numpy's per-row reductions (``axis=1``) do not depend on how many row
 XLA:CPU computes a matrix product's rows in groups of 8: a block that starts at a multiple of 8
 rows of the whole array gives every row the same arithmetic as the whole array does (measured:
 blocks of 777 or 1001 rows change a few rows' logits in the last bit, blocks of any multiple of 8
-change none). Hence :data:`ROWS` and every block size here are multiples of :data:`ALIGN`.
-tests/test_audit_blocks.py checks the equality, ragged last block included.
+change none; a last block of 3 rows changed them too). Hence every block starts at a multiple of
+:data:`ALIGN` and none is small: the remainder joins the last full block (:func:`spans`).
+tests/test_audit_blocks.py checks the equality, the ragged last block included.
 The column means of :func:`mean_std` are sums along the slow axis, which numpy adds row after row
 in order; carrying the running sum from block to block keeps that order.
 """
@@ -27,15 +28,22 @@ ROWS = 65_536  # rows per block: a multiple of ALIGN; 65,536 x 65 float64 values
 
 
 def spans(n: int, rows: int | None = None) -> Iterator[slice]:
-    """The row slices ``[0, rows), [rows, 2 rows), ...`` of ``n`` rows (the last one ragged).
+    """Row slices of ``rows`` rows covering ``n`` rows, the remainder joined to the last slice.
 
-    ``rows`` defaults to :data:`ROWS` as it is when called (a test may set a smaller one).
+    The slices are ``[0, rows), [rows, 2 rows), ...``; the last holds between ``rows`` and
+    ``2 rows - 1`` rows (all ``n`` when ``n < 2 rows``), so that no block is small: XLA:CPU may
+    compute a product of a few rows with another kernel than that of many (measured: a block of 3
+    rows after 2000 changed the last bit of their logits). ``rows`` defaults to :data:`ROWS` as it
+    is when called (a test may set a smaller one).
     """
     rows = ROWS if rows is None else int(rows)
     if rows < 1 or rows % ALIGN:
         raise ValueError(f"rows={rows} must be a positive multiple of {ALIGN}")
-    for start in range(0, int(n), rows):
-        yield slice(start, min(start + rows, int(n)))
+    n, start = int(n), 0
+    while start < n:
+        stop = start + rows if n - start >= 2 * rows else n
+        yield slice(start, stop)
+        start = stop
 
 
 def in_blocks(fn: Callable[[np.ndarray], np.ndarray], x, rows: int | None = None) -> np.ndarray:
@@ -51,7 +59,7 @@ def in_blocks(fn: Callable[[np.ndarray], np.ndarray], x, rows: int | None = None
 
     """
     n, rows = len(x), ROWS if rows is None else int(rows)
-    if n <= rows:
+    if n < 2 * rows:  # one block
         return np.asarray(fn(x))
     out = None
     for s in spans(n, rows):
@@ -76,26 +84,35 @@ def _sum_rows(blocks: Iterator[np.ndarray]) -> np.ndarray:
 
 
 def mean_std(
-    xp: np.ndarray, xq: np.ndarray, rows: int | None = None
+    xp: np.ndarray, xq: np.ndarray, *, features: Callable | None = None, rows: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``both.mean(0), both.std(0)`` of ``both = np.concatenate([xp, xq])``, without ``both``.
+    """``both.mean(0), both.std(0)`` of ``both = np.concatenate([f(xp), f(xq)])``, without ``both``.
 
     The same numbers (numpy's ``_mean`` and ``_var``: column sums added row by row, divided by the
-    count; squared deviations from that mean summed the same way), holding one block at a time
-    instead of the two copies of the whole sample that ``concatenate`` and ``std`` make.
-    """
-    dtype = np.result_type(xp, xq)
-    if not np.issubdtype(dtype, np.floating) or dtype == np.float16:
-        both = np.concatenate([xp, xq])  # numpy accumulates these in another dtype
-        return both.mean(0), both.std(0)
-    count = len(xp) + len(xq)
+    count; squared deviations from that mean summed the same way), holding one block of ``f``'s
+    rows at a time instead of the whole sample's features and the copies that ``concatenate`` and
+    ``std`` make.
 
-    def blocks(f=None):
+    Args:
+      xp: Rows ``[n, ...]`` of one sample.
+      xq: Rows ``[m, ...]`` of the other.
+      features: A row-wise map ``f`` of the rows (None: the rows themselves).
+      rows: Rows per block, a multiple of :data:`ALIGN` (None: :data:`ROWS`).
+
+    """
+    f = (lambda b: b) if features is None else features
+
+    def blocks(g=None):
         for a in (xp, xq):
             for s in spans(len(a), rows):
-                b = np.asarray(a[s], dtype)
-                yield b if f is None else f(b)
+                b = np.asarray(f(a[s]))
+                yield b if g is None else g(b)
 
+    first = next(blocks())
+    if not np.issubdtype(first.dtype, np.floating) or first.dtype == np.float16:
+        both = np.concatenate(list(blocks()))  # numpy accumulates these in another dtype
+        return both.mean(0), both.std(0)
+    count = len(xp) + len(xq)
     mean = np.true_divide(_sum_rows(blocks()), count)
     var = np.true_divide(_sum_rows(blocks(lambda b: np.square(b - mean))), count)
     return mean, np.sqrt(var)

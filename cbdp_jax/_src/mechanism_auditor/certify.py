@@ -54,12 +54,9 @@ def _group_rows(key, group, plan, xp, xq, n_train: int, claim: Claim, config: Au
     points, classes, tails = plan
     if group.learned:  # a learned logit of the features, fitted on the training split only
         key, k_logit = jax.random.split(key)
-        tp, tq = (blocks.in_blocks(group.features, a[:n_train]) for a in (xp, xq))
-        g, _ = hs.fit_logit(k_logit, tp, tq, "mlp", width=32, depth=2, steps=_LEARNED_STEPS,
-                            batch=1024)  # fmt: skip
-        del tp, tq
-        # held: the logit's value per run, never the whole sample's features
-        xp, xq = (blocks.in_blocks(lambda b: g(group.features(b))[:, None], a) for a in (xp, xq))
+        g, _ = hs.fit_logit(k_logit, xp[:n_train], xq[:n_train], "mlp", width=32, depth=2,
+                            steps=_LEARNED_STEPS, batch=1024, features=group.features)  # fmt: skip
+        xp, xq = g(xp)[:, None], g(xq)[:, None]  # held: one logit a run, not the features
     else:  # the features of every run (feature functions are row-wise: a block at a time)
         xp, xq = blocks.in_blocks(group.features, xp), blocks.in_blocks(group.features, xq)
     prefix = "" if group.name == "score" else f"{group.name}:"

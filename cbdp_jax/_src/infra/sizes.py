@@ -192,9 +192,14 @@ def audit_bytes(samples: int, dim: int = 1) -> int:
 #   3 x 0.3 x 4 L n), and per run the groups' values, the critics' values and their sort orders
 #   (TRAINING_BYTES_PER_RUN, measured).
 # Measured (``/usr/bin/time -v`` maximum resident size of ``cbdp audit-training --data synthetic
-# --examples 63 --sampler poisson --rate 0.125 --steps 16 --noise 0.5``, w = 81, L = 65, 2 cores):
-# MEASURED_HERE
-TRAINING_BYTES_PER_RUN = 400
+# --examples 63 --sampler poisson --rate 0.125 --steps 16 --noise 0.5 --format json``, w = 81,
+# L = 65, 2 cores shared, load 4 - 14, 2026-12-06): 1.075 GB at 10^5 runs per side, 2.120 GB at
+# 10^6: 1161 bytes a run per side, against 12 w = 972 drawing and 8 w + 3.6 L = 882 certifying,
+# so 280 bytes a run more for the certification's own arrays (benchmarks/training_audit_memory.py,
+# the certification alone on stand-in rows: 537 bytes a run above the drawn samples, against
+# 3.6 L + 280 = 514). The rest, about 0.96 GB, is the interpreter, JAX and the compiled programs:
+# the 20% of the memory the check leaves free. At 10^7 runs per side: 11.6 GB, 6.5 GB of it samples.
+TRAINING_BYTES_PER_RUN = 280
 TRAIN_SHARE = 0.3  # AuditConfig.train_fraction's default: the learned critic's training split
 
 

@@ -179,11 +179,12 @@ def test_the_score_alone_records_no_release_and_a_release_too_large_names_the_wa
     assert mech.release is None and mech.output_dim([1.0]) == 1
     full = ta.training_mechanism(problem)
     assert full.output_dim([1.0]) == 1 + full.release.steps * full.release.width > 1
-    # the memory check counts the release: with 8 GiB free, 10^7 runs of 1 + 4 k values are refused
-    # and the refusal names the score alone, which the same memory holds (one value a run)
+    # the memory check counts the release: with 4 GiB free, 10^7 runs of 1 + 4 k values (5.1 GiB
+    # by infra/sizes.py's training_audit_bytes) are refused and the refusal names the score alone,
+    # which the same memory holds (one value a run, 2.7 GiB)
     from cbdp_jax._src.infra import sizes
 
-    monkeypatch.setattr(sizes, "available_bytes", lambda **_: 8 * 2**30)
+    monkeypatch.setattr(sizes, "available_bytes", lambda **_: 4 * 2**30)
     big = ta.training_audit_config(4.0, samples=10_000_000)
     with pytest.raises(InvalidParameterError, match="--critics score"):
         ta.audit_training(jax.random.key(5), problem, config=big)

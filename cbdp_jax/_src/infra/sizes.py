@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -182,13 +183,55 @@ def audit_bytes(samples: int, dim: int = 1) -> int:
     return 2 * int(samples) * (AUDIT_BYTES_PER_VALUE * max(int(dim), 1) + AUDIT_BYTES_PER_SAMPLE)
 
 
+# A training audit whose runs record a release holds it as float32 (the values as recorded) and
+# computes its feature groups a block of rows at a time (mechanism_auditor/blocks.py). Its peak is
+# the larger of two phases, with n runs per side of w values and a learned critic of L inputs:
+# - drawing D' (the second side): D's sample, D''s pieces and their concatenation, 3 x 4 w n bytes;
+# - certifying: both samples (2 x 4 w n), the float32 features of the learned critic's training
+#   split (TRAIN_SHARE n runs per side, and one side's copy again while it moves into JAX,
+#   3 x 0.3 x 4 L n), and per run the groups' values, the critics' values and their sort orders
+#   (TRAINING_BYTES_PER_RUN, measured).
+# Measured (``/usr/bin/time -v`` maximum resident size of ``cbdp audit-training --data synthetic
+# --examples 63 --sampler poisson --rate 0.125 --steps 16 --noise 0.5 --format json``, w = 81,
+# L = 65, 2 cores shared, load 4 - 14, 2026-12-06): 1.075 GB at 10^5 runs per side, 2.120 GB at
+# 10^6: 1161 bytes a run per side, against 12 w = 972 drawing and 8 w + 3.6 L = 882 certifying,
+# so 280 bytes a run more for the certification's own arrays (benchmarks/training_audit_memory.py,
+# the certification alone on stand-in rows: 537 bytes a run above the drawn samples, against
+# 3.6 L + 280 = 514). The rest, about 0.96 GB, is the interpreter, JAX and the compiled programs:
+# the 20% of the memory the check leaves free. At 10^7 runs per side: 11.6 GB, 6.5 GB of it samples.
+TRAINING_BYTES_PER_RUN = 280
+TRAIN_SHARE = 0.3  # AuditConfig.train_fraction's default: the learned critic's training split
+
+
+def training_audit_bytes(runs: int, width: int, learned: int = 0) -> int:
+    """Bytes a training audit holds at once for ``runs`` runs per side (see the comment above).
+
+    Args:
+      runs: Runs per side.
+      width: Values each run records (the score and the release, float32).
+      learned: Inputs of the learned critic (0: no learned group).
+
+    """
+    n, w = int(runs), max(int(width), 1)
+    drawing = 12 * w * n
+    learned_bytes = round(3 * TRAIN_SHARE * 4 * int(learned) * n)
+    certifying = 8 * w * n + learned_bytes + TRAINING_BYTES_PER_RUN * n
+    return max(drawing, certifying)
+
+
 def check_memory_for_audit(
-    samples: int, screen_samples: int, dim: int, noun: str = "samples", advice: str = ""
-) -> None:
-    """Before an audit draws: the larger of its certification and screening samples must fit."""
+    samples: int, screen_samples: int, dim: int, noun: str = "samples", advice: str = "",
+    needed: Callable[[int], int] | None = None,
+) -> None:  # fmt: skip
+    """Before an audit draws: the larger of its certification and screening samples must fit.
+
+    ``needed(n)`` counts the bytes of ``n`` samples per side (default :func:`audit_bytes` of
+    ``dim`` values; a training audit's release: :func:`training_audit_bytes`).
+    """
+    count = needed or (lambda n: audit_bytes(n, dim))
     for option, n in (("samples", samples), ("screen_samples", screen_samples)):
         each = f"{dim} value{'s' if dim > 1 else ''} each"
-        check_fits(option, n, audit_bytes(n, dim), f"{n} {noun} per side ({each})", advice)
+        check_fits(option, n, count(n), f"{n} {noun} per side ({each})", advice)
 
 
 def sweep_bytes(members: int, *, batch_size: int, val_samples: int, eval_chunk: int, dim: int,
@@ -237,4 +280,5 @@ __all__ = [
     "out_of_memory_text",
     "size_text",
     "sweep_bytes",
+    "training_audit_bytes",
 ]

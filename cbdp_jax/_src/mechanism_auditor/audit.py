@@ -156,13 +156,26 @@ def _check_memory(mech, pair, space, config: AuditConfig) -> None:
     known = dataset is not None or hasattr(mech, "problem")
     dim = mech.output_dim(dataset) if known else 1
     noun = getattr(mech, "sample_noun", "samples")
-    advice = ""
+    advice, needed = "", None
     if hasattr(mech, "problem") and dim > 1:  # a training's release: the score alone is one value
         advice = (
             f"use fewer {noun}, or audit the score alone (feature_groups=('score',); the command "
             "line's --critics score), which records one value a run"
         )
-    sizes.check_memory_for_audit(config.samples, config.screen_samples, dim, noun, advice)
+        learned = _learned_inputs(_chosen_groups(mech, config), dim)
+        needed = lambda n: sizes.training_audit_bytes(n, dim, learned)  # noqa: E731
+    sizes.check_memory_for_audit(
+        config.samples, config.screen_samples, dim, noun, advice, needed=needed
+    )
+
+
+def _learned_inputs(groups: tuple, dim: int) -> int:
+    """The inputs of the groups' learned critic (0 without one), from one row of zeros."""
+    learned = [g for g in groups if g.learned]
+    row = np.zeros((1, dim), np.float32)
+    return max(
+        (int(np.asarray(g.features(row)).reshape(1, -1).shape[1]) for g in learned), default=0
+    )
 
 
 def _chosen_groups(mech, config: AuditConfig) -> tuple:

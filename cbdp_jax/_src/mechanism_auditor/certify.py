@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 import jax
-import numpy as np
 
+from cbdp_jax._src.mechanism_auditor import blocks
 from cbdp_jax._src.mechanism_auditor import hockey_stick as hs
 from cbdp_jax._src.mechanism_auditor.claims import Claim, architecture_kwargs
 from cbdp_jax._src.mechanism_auditor.config import AuditConfig
@@ -52,12 +52,13 @@ def _group_rows(key, group, plan, xp, xq, n_train: int, claim: Claim, config: Au
                 family: int) -> list[Row]:  # fmt: skip
     """One group's rows: critics fitted on the training split, certified on the held-out split."""
     points, classes, tails = plan
-    xp, xq = np.asarray(group.features(xp)), np.asarray(group.features(xq))
     if group.learned:  # a learned logit of the features, fitted on the training split only
         key, k_logit = jax.random.split(key)
         g, _ = hs.fit_logit(k_logit, xp[:n_train], xq[:n_train], "mlp", width=32, depth=2,
-                            steps=_LEARNED_STEPS, batch=1024)  # fmt: skip
-        xp, xq = g(xp)[:, None], g(xq)[:, None]
+                            steps=_LEARNED_STEPS, batch=1024, features=group.features)  # fmt: skip
+        xp, xq = g(xp)[:, None], g(xq)[:, None]  # held: one logit a run, not the features
+    else:  # the features of every run (feature functions are row-wise: a block at a time)
+        xp, xq = blocks.in_blocks(group.features, xp), blocks.in_blocks(group.features, xq)
     prefix = "" if group.name == "score" else f"{group.name}:"
     n, rows = len(xp), []
     for i, eps in enumerate(points):

@@ -43,6 +43,7 @@ from cbdp_jax._src.infra.validation import (
     check_key,
     check_positive,
 )
+from cbdp_jax._src.mechanism_auditor import blocks
 from cbdp_jax._src.statistics import betting, binomial
 from cbdp_jax._src.statistics.bounds import Bound, family_confidence
 
@@ -269,28 +270,39 @@ def _train(graphdef, params, rest, tx, xp, xq, gamma, key, steps: int, batch: in
 
 def fit_logit(
     key: jax.Array, xp: np.ndarray, xq: np.ndarray, adversary: str = "mlp", *, steps: int = 400,
-    batch: int = 2048, **options,
+    batch: int = 2048, features: Callable[[np.ndarray], np.ndarray] | None = None, **options,
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str]:  # fmt: skip
     """G from the library's adversary class, trained by logistic regression of P against Q.
 
     g approaches log(p/q) (weighted by the class sizes), whose super-level sets are the optimal
     critics; the inputs are standardised by the training samples' mean and spread. Returns ``(g,
-    label)``, g mapping ``[n, d]`` numpy to ``[n]`` float64.
+    label)``, g mapping ``[n, d]`` numpy to ``[n]`` float64. With ``features`` (a row-wise map of
+    the rows, e.g. a :class:`FeatureGroup`'s), g is a logit of ``features(x)``: the features are
+    computed a block of rows at a time (:mod:`~cbdp_jax._src.mechanism_auditor.blocks`) and only
+    their float32 copy that training reads is held, never a float64 copy of the whole sample's.
     """
     check_key(key)
     spec = make_adversary(adversary, **options)
     k_init, k_train = jax.random.split(key)
-    both = np.concatenate([xp, xq])
-    loc, scale = both.mean(0), both.std(0) + 1e-6
-    module = spec.build(k_init, xp.shape[1], loc=loc, scale=scale)
+    f = (lambda x: x) if features is None else features
+    loc, std = blocks.mean_std(xp, xq, features=f)  # the mean and spread of both samples' rows
+    f32 = [
+        jnp.asarray(blocks.in_blocks(lambda b: np.asarray(f(b), np.float32), a)) for a in (xp, xq)
+    ]
+    module = spec.build(k_init, f32[0].shape[1], loc=loc, scale=std + 1e-6)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     params = _train(
-        graphdef, params, rest, optax.adam(1e-2), jnp.asarray(xp, jnp.float32),
-        jnp.asarray(xq, jnp.float32), 1.0, k_train, steps, min(batch, len(xp), len(xq)),
+        graphdef, params, rest, optax.adam(1e-2), *f32, 1.0, k_train, steps,
+        min(batch, len(xp), len(xq)),
     )  # fmt: skip
+    del f32
 
-    def logit(x: np.ndarray) -> np.ndarray:
-        return np.asarray(_apply(graphdef, params, rest, jnp.asarray(x, jnp.float32)), np.float64)
+    def block(x: np.ndarray) -> np.ndarray:
+        x = jnp.asarray(f(x), jnp.float32)
+        return np.asarray(_apply(graphdef, params, rest, x), np.float64)
+
+    def logit(x: np.ndarray) -> np.ndarray:  # row-wise: a block at a time (the same numbers)
+        return blocks.in_blocks(block, x)
 
     return logit, spec.label
 

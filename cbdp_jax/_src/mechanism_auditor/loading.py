@@ -26,6 +26,7 @@ import numpy as np
 
 from cbdp_jax._src.infra.user_code import describe
 from cbdp_jax._src.infra.validation import InvalidParameterError, check_int_at_least, check_key
+from cbdp_jax._src.mechanism_auditor.blocks import spans
 
 HOST_BATCH = 65536
 
@@ -40,8 +41,12 @@ class AuditRefusedError(InvalidParameterError):
 
 def refuse_non_finite(name: str, outputs: np.ndarray, side: str, what: str = "outputs") -> None:
     """Raises :class:`AuditRefusedError` naming the share of rows of ``outputs`` ``[n, ...]`` not finite."""
-    arr = np.asarray(outputs, np.float64).reshape(len(outputs), -1)
-    bad = int(np.sum(~np.isfinite(arr).all(axis=1)))
+    arr = np.asarray(outputs)
+    if not np.issubdtype(arr.dtype, np.floating):  # a float copy of anything else
+        arr = np.asarray(outputs, np.float64)
+    arr = arr.reshape(len(outputs), -1)
+    # a float is finite in float64 exactly when it is in its own dtype: no float64 copy, by blocks
+    bad = sum(int(np.sum(~np.isfinite(arr[s]).all(axis=1))) for s in spans(len(arr)))
     if bad:
         n = arr.shape[0]
         raise AuditRefusedError(

@@ -180,11 +180,26 @@ def _agree(value: int) -> int:
 
 
 def _program(run: Callable, sharded, replicated, impl: str, nargs: int) -> Callable:
+    """The block program: ``run`` vmapped over the block's keys, or the run's own ``chunked``.
+
+    A run with a ``chunked(keys, *args)`` method (lean Poisson batches,
+    :mod:`~cbdp_jax._src.training_auditor.lean_batches`) evaluates each device's part of the
+    block itself (``shard_map``: its data-dependent repair stays on the device, no collectives).
+    """
+    chunked = getattr(run, "chunked", None)
+
     def many(key_data, *args):
         keys = jax.random.wrap_key_data(key_data, impl=impl)
+        if chunked is not None:
+            return chunked(keys, *args)
         return jax.vmap(lambda k: run(k, *args))(keys)
 
     shardings = (sharded, *([replicated] * nargs))
+    if chunked is not None:
+        specs = (sharded.spec, *([replicated.spec] * nargs))
+        many = jax.shard_map(
+            many, mesh=sharded.mesh, in_specs=specs, out_specs=sharded.spec, check_vma=False
+        )
     return jax.jit(many, in_shardings=shardings, out_shardings=sharded)
 
 

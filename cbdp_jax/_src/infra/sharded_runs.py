@@ -23,6 +23,13 @@ The keys of a block are computed from the counters of ``jax.random.split`` (thre
 "partitionable" split: key i is threefry(key, (0, i)), so n does not enter), checked against
 ``jax.random.split`` itself once per process; with another PRNG implementation the n keys are
 split once on the host.
+
+**Lean blocks.** A run that has a cheaper form for whole blocks (``run.lean(per)`` returns a
+function of the same keys, or None; :mod:`~cbdp_jax._src.training_auditor.lean_batches`) is
+evaluated by it, and the runs it flags (``run.overflowed(outputs)``) are recomputed by ``run``
+itself with their own keys, in blocks of ``run.repair`` runs per device (the program of the first,
+probing call on a CPU: no extra compilation), before the block is collected: a block's outputs
+are those of ``run`` (checkpoints and keys unchanged).
 """
 
 from __future__ import annotations
@@ -94,9 +101,14 @@ def _counter_keys_agree() -> bool:
 
 def _block_keys(key: jax.Array, start: int, size: int) -> jax.Array:
     """Keys start .. start + size - 1 of ``jax.random.split(key, n)`` (any n > start + size - 1)."""
+    return _index_keys(key, np.arange(start, start + size, dtype=np.uint64))
+
+
+def _index_keys(key: jax.Array, index: np.ndarray) -> jax.Array:
+    """Keys ``index`` of ``jax.random.split(key, n)`` (any n > max(index))."""
     from jax.extend.random import threefry_2x32
 
-    index = np.arange(start, start + size, dtype=np.uint64)
+    index = np.asarray(index, dtype=np.uint64)
     counts = jnp.asarray(np.stack([(index >> 32).astype(np.uint32), index.astype(np.uint32)]))
     bits = threefry_2x32(jax.random.key_data(key), counts)
     return jax.random.wrap_key_data(jnp.stack([bits[0], bits[1]], axis=-1), impl="threefry2x32")
@@ -114,6 +126,12 @@ class _Keys:
         if self.all is not None:
             return self.all[start : start + size]
         return np.asarray(jax.random.key_data(_block_keys(self.key, start, size)))
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        """The keys of the runs ``index`` (any order)."""
+        if self.all is not None:
+            return self.all[index]
+        return np.asarray(jax.random.key_data(_index_keys(self.key, index)))
 
 
 def _mesh(devices) -> tuple[tuple[Any, ...], NamedSharding, NamedSharding]:
@@ -180,26 +198,11 @@ def _agree(value: int) -> int:
 
 
 def _program(run: Callable, sharded, replicated, impl: str, nargs: int) -> Callable:
-    """The block program: ``run`` vmapped over the block's keys, or the run's own ``chunked``.
-
-    A run with a ``chunked(keys, *args)`` method (lean Poisson batches,
-    :mod:`~cbdp_jax._src.training_auditor.lean_batches`) evaluates each device's part of the
-    block itself (``shard_map``: its data-dependent repair stays on the device, no collectives).
-    """
-    chunked = getattr(run, "chunked", None)
-
     def many(key_data, *args):
         keys = jax.random.wrap_key_data(key_data, impl=impl)
-        if chunked is not None:
-            return chunked(keys, *args)
         return jax.vmap(lambda k: run(k, *args))(keys)
 
     shardings = (sharded, *([replicated] * nargs))
-    if chunked is not None:
-        specs = (sharded.spec, *([replicated.spec] * nargs))
-        many = jax.shard_map(
-            many, mesh=sharded.mesh, in_specs=specs, out_specs=sharded.spec, check_vma=False
-        )
     return jax.jit(many, in_shardings=shardings, out_shardings=sharded)
 
 
@@ -263,23 +266,42 @@ def sharded_runs(
         c = programs.get("chunk", first)
     c = min(c, -(-n // ndev))
     keys = _Keys(key, n, n + max_chunk * ndev)
+    lean_of = getattr(run, "lean", None)  # a lean form per block size, or None (module docstring)
     t0 = time.perf_counter()
     pieces = _stored_pieces(run, key, args, stored)
     state = {"done": done, "steady": None}
     write = _BlockWriter(blocks, done, len(pieces), c)
 
-    def dispatch(start: int, per: int):
-        data = keys.data(start, per * ndev)
-        name = (per, tuple(d.id for d in devices))
+    def program(per: int, fn=None):
+        name = (per, tuple(d.id for d in devices), fn is not None)
         fresh = name not in programs
         if fresh:
-            programs[name] = _program(run, sharded, replicated, impl, len(args))
-        return start, per * ndev, programs[name](_global(data, sharded), *args), fresh
+            programs[name] = _program(fn or run, sharded, replicated, impl, len(args))
+        return programs[name], fresh
+
+    def dispatch(start: int, per: int):
+        data = keys.data(start, per * ndev)
+        lean = None if lean_of is None else lean_of(per)
+        call, fresh = program(per, lean)
+        return start, per * ndev, call(_global(data, sharded), *args), fresh, lean is not None
+
+    def repair(out, start: int):
+        """The runs of a lean block that overflowed, recomputed by the run itself (same keys)."""
+        bad = np.flatnonzero(run.overflowed(out))
+        per = run.repair
+        for i in range(0, len(bad), per * ndev):
+            rows = bad[i : i + per * ndev]
+            index = np.resize(rows, per * ndev) + start  # padded with repeats: a full block
+            call, _ = program(per)
+            redo = _to_host(call(_global(keys.at(index), sharded), *args))
+            out = jax.tree.map(lambda a, r, rows=rows: _put(a, rows, r[: len(rows)]), out, redo)
+        return out
 
     def collect(item) -> None:
-        start, block, out, _ = item
+        start, block, out, _, lean = item
         keep = min(block, n - start)
-        pieces.append(jax.tree.map(lambda a: a[:keep], _to_host(out)))
+        out = jax.tree.map(lambda a: a[:keep], _to_host(out))
+        pieces.append(repair(out, start) if lean else out)
         state["done"] += keep
         write(pieces, state["done"], state["done"] >= n)
         if progress is not None:
@@ -314,6 +336,12 @@ def sharded_runs(
     if pending is not None:
         collect(pending)
     return jax.tree.map(lambda *a: np.concatenate(a)[:n], *pieces)
+
+
+def _put(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    a = np.array(a)  # host arrays may be read-only views of device buffers
+    a[rows] = values
+    return a
 
 
 def steady_chunk(devices, max_chunk: int) -> int:

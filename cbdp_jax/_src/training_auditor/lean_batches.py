@@ -14,16 +14,19 @@ outputs are those of the full-capacity run (to the order of a sum over zero-padd
 others are replaced by the full-capacity run's outputs. The law of the block's outputs is therefore
 the full capacity's, and no batch loses a member the full capacity keeps.
 
-The repair is inside the compiled block program: the lean runs are vmapped over the block; then a
-``lax.while_loop`` (zero trips when no run overflowed) recomputes the first K overflowing runs at
-the full capacity, vmapped over K static slots, scatters them back, and repeats until none is left.
-Run i keeps key i, so checkpoints and the sharding over devices are unchanged.
+The repair is on the host, between a block's return and its collection
+(:func:`~cbdp_jax._src.infra.sharded_runs.sharded_runs`): the lean runs are vmapped over the block
+in one program; the overflowing ones (few, often none) are recomputed by the full run's program at
+8 runs per device, the program a CPU's first, probing block already compiled, so the lean engine
+compiles no more programs than the full one (measured: a second program inside the block, a
+``lax.while_loop`` over the repairs, cost more compilation than a 20,000-run audit saved). Run i
+keeps key i, so checkpoints and the sharding over devices are unchanged.
 
-c and K minimise the expected cost of a block in slots, B c + E[ceil(X / K)] (K + 4) C with X ~
-Binomial(B, p) the overflowing runs and p = 1 - (1 - P(Binomial(n, q) >= c))^T a run's chance to
-fill its c slots at one of its T steps (exact binomial tails, ``scipy.stats.binom``; a trip of the
-repair loop costs about 4 runs more than its K runs: a small vmap's fixed overheads). Typically c is
-about qn + 3.5 sd: for n = 1797, q = 0.01, T = 20 and B = 256, c = 33 and K = 6.
+c minimises the expected cost of a block of B runs in slots, B c + E[ceil(X / 8)] (8 + 8) C, with X
+~ Binomial(B, p) the overflowing runs and p = 1 - (1 - P(Binomial(n, q) >= c))^T a run's chance to
+fill its c slots at one of its T steps (exact binomial tails, ``scipy.stats.binom``; a repair call
+costs about 8 runs more than its runs: dispatch and transfers). For n = 1797, q = 0.01, T = 20 and
+B = 256, c = 33 (about qn + 3.6 sd), p = 0.017: 0.61 of the full capacity's expected slots.
 
 It applies to the built-in Poisson sampler with the library's DP-SGD step (a step that exposes
 ``update.summed_form`` sums its slots, so the padded length does not enter it); other samplers and
@@ -45,7 +48,8 @@ import numpy as np
 from scipy import stats
 
 ENV = "CBDP_JAX_LEAN_BATCHES"
-TRIP_RUNS = 4  # a repair trip's fixed cost, in full-capacity runs (a small vmap's overheads)
+REPAIR = 8  # runs per device recomputed per call: the CPU's probing block (its program exists)
+CALL_RUNS = 8  # a repair call's fixed cost, in full-capacity runs (dispatch, transfers)
 
 
 class LeanPlan(NamedTuple):
@@ -104,66 +108,45 @@ def plan(n: int, q: float, steps: int, full: int, block: int) -> LeanPlan | None
     best, x = None, np.arange(block + 1)
     for c in range(max(1, math.floor(q * n)), full):
         p = run_overflow(n, q, steps, c)
-        if p >= 0.5:
-            continue
-        pmf = stats.binom.pmf(x, block, p)
-        for k in sorted({*range(1, min(block, 64) + 1), *(2**i for i in range(7, 13))}):
-            if k > block:
-                break
-            trips = float(np.sum(pmf * np.ceil(x / k)))
-            cost = block * c + trips * (k + TRIP_RUNS) * full
-            if best is None or cost < best[0]:
-                best = (cost, c, k, p)
+        calls = float(np.sum(stats.binom.pmf(x, block, p) * np.ceil(x / REPAIR)))
+        cost = block * c + calls * (REPAIR + CALL_RUNS) * full
+        if best is None or cost < best[0]:
+            best = (cost, c, p)
     if best is None or best[0] >= block * full:
         return None
-    cost, c, k, p = best
-    return LeanPlan(c, k, p, cost / (block * full))
-
-
-def repaired(lean: Callable, full: Callable, keys: jax.Array, args: tuple, repair: int) -> Any:
-    """The block's outputs: ``lean`` vmapped over ``keys``, its overflowing runs redone by ``full``.
-
-    ``lean`` and ``full`` are ``run(key, *args)`` returning a pytree whose ``overflow`` field is
-    positive where the lean run filled its slots; ``repair`` runs are recomputed per loop trip.
-    """
-    b = keys.shape[0]
-    k = min(repair, b)
-    out = jax.vmap(lambda key: lean(key, *args))(keys)
-
-    def trip(state):
-        out, bad = state
-        where = jnp.nonzero(bad, size=k, fill_value=b)[0]  # the first k overflowing runs
-        redo = jax.vmap(lambda key: full(key, *args))(keys[jnp.minimum(where, b - 1)])
-        out = jax.tree.map(lambda a, r: a.at[where].set(r, mode="drop"), out, redo)
-        return out, bad.at[where].set(False, mode="drop")
-
-    out, _ = jax.lax.while_loop(lambda s: jnp.any(s[1]), trip, (out, out.overflow > 0))
-    return out
+    cost, c, p = best
+    return LeanPlan(c, REPAIR, p, cost / (block * full))
 
 
 class LeanRun:
-    """A run function with a lean block evaluation (``chunked``) beside the one-run call.
+    """A run function with a lean form for blocks of runs (``lean``), the full run when called.
 
-    Calling it is the full-capacity run. :mod:`~cbdp_jax._src.infra.sharded_runs` evaluates a block
-    of keys by ``chunked(keys, *args)`` instead of vmapping the call: the same outputs, cheaper.
+    :func:`~cbdp_jax._src.infra.sharded_runs.sharded_runs` evaluates a block of ``per`` runs by
+    ``lean(per)`` where it returns a function, and recomputes by the call itself (the full
+    capacity, the same keys) the runs ``overflowed`` flags, ``repair`` runs per device at a time.
     """
 
     def __init__(self, full: Callable, lean_for: Callable[[int], Callable], plan_for: Callable):
         self.full, self._lean_for, self._plan_for, self._leans = full, lean_for, plan_for, {}
+        self.repair = REPAIR
 
     def __call__(self, key: jax.Array, *args: Any) -> Any:
         return self.full(key, *args)
 
     def plan(self, block: int) -> LeanPlan | None:
         """The lean plan of a block of ``block`` runs (None: the full capacity)."""
-        return self._plan_for(block)
+        return self._plan_for(block) if block > self.repair else None
 
-    def chunked(self, keys: jax.Array, *args: Any) -> Any:
-        """The outputs of the runs of ``keys`` ``[B]``, stacked (those of the full-capacity runs)."""
-        lean = self.plan(keys.shape[0])
+    def lean(self, block: int) -> Callable | None:
+        """The lean run of a block of ``block`` runs, or None (the full run is cheaper there)."""
+        lean = self.plan(block)
         if lean is None:
-            return jax.vmap(lambda key: self.full(key, *args))(keys)
-        if lean.slots not in self._leans:  # built while tracing a block: its constants eagerly
-            with jax.ensure_compile_time_eval():
-                self._leans[lean.slots] = self._lean_for(lean.slots)
-        return repaired(self._leans[lean.slots], self.full, keys, args, lean.repair)
+            return None
+        if lean.slots not in self._leans:
+            self._leans[lean.slots] = self._lean_for(lean.slots)
+        return self._leans[lean.slots]
+
+    @staticmethod
+    def overflowed(out: Any) -> np.ndarray:
+        """Which runs of a lean block filled their slots at some step ``[B]`` bool."""
+        return np.asarray(out.overflow) > 0

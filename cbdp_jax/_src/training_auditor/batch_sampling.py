@@ -19,7 +19,10 @@ slots by a uniform permutation and cuts ``size // b`` batches an epoch from it.
   words per step, half as many Threefry blocks, not n Bernoullis; a gap's tail is cut at
   probability 2^-33). The
   capacity is ``min(n, ceil(qn + 8 sqrt(qn(1-q)) + 8))``; a batch larger than that (probability
-  below 1e-12 for qn >= 1) is truncated, and a full last slot is counted in ``overflow``.
+  below 1e-12 for qn >= 1) is truncated, and a full last slot is counted in ``overflow``. ``slots``
+  draws fewer: the first members of the same batch (the gaps' words are a prefix of the full
+  capacity's), exact where the last of them stays empty
+  (:mod:`~cbdp_jax._src.training_auditor.lean_batches`).
 * ``'shuffle'``: a fresh permutation of the n examples at each epoch, cut into consecutive batches of
   ``batch_size`` (the last ``n mod batch_size`` examples of each epoch's permutation are dropped, as
   with ``drop_remainder``). Each example is in exactly one batch of every epoch when batch_size | n.

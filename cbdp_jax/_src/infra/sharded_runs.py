@@ -266,42 +266,19 @@ def sharded_runs(
         c = programs.get("chunk", first)
     c = min(c, -(-n // ndev))
     keys = _Keys(key, n, n + max_chunk * ndev)
-    lean_of = getattr(run, "lean", None)  # a lean form per block size, or None (module docstring)
     t0 = time.perf_counter()
     pieces = _stored_pieces(run, key, args, stored)
     state = {"done": done, "steady": None}
     write = _BlockWriter(blocks, done, len(pieces), c)
 
-    def program(per: int, fn=None):
-        name = (per, tuple(d.id for d in devices), fn is not None)
-        fresh = name not in programs
-        if fresh:
-            programs[name] = _program(fn or run, sharded, replicated, impl, len(args))
-        return programs[name], fresh
-
-    def dispatch(start: int, per: int):
-        data = keys.data(start, per * ndev)
-        lean = None if lean_of is None else lean_of(per)
-        call, fresh = program(per, lean)
-        return start, per * ndev, call(_global(data, sharded), *args), fresh, lean is not None
-
-    def repair(out, start: int):
-        """The runs of a lean block that overflowed, recomputed by the run itself (same keys)."""
-        bad = np.flatnonzero(run.overflowed(out))
-        per = run.repair
-        for i in range(0, len(bad), per * ndev):
-            rows = bad[i : i + per * ndev]
-            index = np.resize(rows, per * ndev) + start  # padded with repeats: a full block
-            call, _ = program(per)
-            redo = _to_host(call(_global(keys.at(index), sharded), *args))
-            out = jax.tree.map(lambda a, r, rows=rows: _put(a, rows, r[: len(rows)]), out, redo)
-        return out
+    engine = _Calls(run, programs, devices, (sharded, replicated), impl, args, keys)
+    dispatch = engine.dispatch
 
     def collect(item) -> None:
         start, block, out, _, lean = item
         keep = min(block, n - start)
         out = jax.tree.map(lambda a: a[:keep], _to_host(out))
-        pieces.append(repair(out, start) if lean else out)
+        pieces.append(engine.repair(out, start) if lean else out)
         state["done"] += keep
         write(pieces, state["done"], state["done"] >= n)
         if progress is not None:
@@ -336,6 +313,44 @@ def sharded_runs(
     if pending is not None:
         collect(pending)
     return jax.tree.map(lambda *a: np.concatenate(a)[:n], *pieces)
+
+
+class _Calls:
+    """The block programs of one :func:`sharded_runs` call (kept in ``programs``), and the repair."""
+
+    def __init__(self, run, programs: dict, devices, shardings, impl: str, args: tuple, keys):
+        self.run, self.programs, self.devices, self.shardings = run, programs, devices, shardings
+        self.impl, self.args, self.keys, self.ndev = impl, args, keys, len(devices)
+        self.lean_of = getattr(run, "lean", None)  # a lean form per block size, or None
+
+    def program(self, per: int, fn=None):
+        name = (per, tuple(d.id for d in self.devices), fn is not None)
+        fresh = name not in self.programs
+        if fresh:
+            sharded, replicated = self.shardings
+            self.programs[name] = _program(
+                fn or self.run, sharded, replicated, self.impl, len(self.args)
+            )
+        return self.programs[name], fresh
+
+    def dispatch(self, start: int, per: int):
+        """Runs start .. start + per x devices - 1 dispatched: (start, block, outputs, fresh, lean)."""
+        data = self.keys.data(start, per * self.ndev)
+        lean = None if self.lean_of is None else self.lean_of(per)
+        call, fresh = self.program(per, lean)
+        out = call(_global(data, self.shardings[0]), *self.args)
+        return start, per * self.ndev, out, fresh, lean is not None
+
+    def repair(self, out, start: int):
+        """The runs of a lean block that overflowed, recomputed by the run itself (same keys)."""
+        bad, per = np.flatnonzero(self.run.overflowed(out)), self.run.repair
+        for i in range(0, len(bad), per * self.ndev):
+            rows = bad[i : i + per * self.ndev]
+            index = np.resize(rows, per * self.ndev) + start  # padded with repeats: a full block
+            call, _ = self.program(per)
+            redo = _to_host(call(_global(self.keys.at(index), self.shardings[0]), *self.args))
+            out = jax.tree.map(lambda a, r, rows=rows: _put(a, rows, r[: len(rows)]), out, redo)
+        return out
 
 
 def _put(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:

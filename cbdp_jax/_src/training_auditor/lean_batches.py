@@ -91,7 +91,7 @@ def run_overflow(n: int, q: float, steps: int, slots: int) -> float:
 
 @functools.lru_cache(maxsize=64)
 def plan(n: int, q: float, steps: int, full: int, block: int) -> LeanPlan | None:
-    """The c and K of the least expected cost for a block of ``block`` runs (None: full is best).
+    """The c of the least expected cost for a block of ``block`` runs (None: full is best).
 
     Args:
       n: The sampler's examples (slots it draws over).

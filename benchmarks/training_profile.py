@@ -73,8 +73,8 @@ def without(part: str | None):
     if part == "sampling":
         orig = batch_sampling.BatchSampler.batch
 
-        def batch(self, plan, t, n, size=None):
-            idx, valid, over = orig(self, plan, t, n, size)  # keeps the shapes; draws discarded
+        def batch(self, plan, t, n, size=None, slots=None):
+            idx, valid, over = orig(self, plan, t, n, size, slots)  # the shapes; draws discarded
             fixed = jnp.arange(idx.shape[0], dtype=jnp.int32)
             return fixed, jnp.ones_like(valid), jnp.zeros_like(over)
 

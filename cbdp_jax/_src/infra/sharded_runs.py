@@ -23,6 +23,13 @@ The keys of a block are computed from the counters of ``jax.random.split`` (thre
 "partitionable" split: key i is threefry(key, (0, i)), so n does not enter), checked against
 ``jax.random.split`` itself once per process; with another PRNG implementation the n keys are
 split once on the host.
+
+**Lean blocks.** A run that has a cheaper form for whole blocks (``run.lean(per)`` returns a
+function of the same keys, or None; :mod:`~cbdp_jax._src.training_auditor.lean_batches`) is
+evaluated by it, and the runs it flags (``run.overflowed(outputs)``) are recomputed by ``run``
+itself with their own keys, in blocks of ``run.repair`` runs per device (the program of the first,
+probing call on a CPU: no extra compilation), before the block is collected: a block's outputs
+are those of ``run`` (checkpoints and keys unchanged).
 """
 
 from __future__ import annotations
@@ -94,9 +101,14 @@ def _counter_keys_agree() -> bool:
 
 def _block_keys(key: jax.Array, start: int, size: int) -> jax.Array:
     """Keys start .. start + size - 1 of ``jax.random.split(key, n)`` (any n > start + size - 1)."""
+    return _index_keys(key, np.arange(start, start + size, dtype=np.uint64))
+
+
+def _index_keys(key: jax.Array, index: np.ndarray) -> jax.Array:
+    """Keys ``index`` of ``jax.random.split(key, n)`` (any n > max(index))."""
     from jax.extend.random import threefry_2x32
 
-    index = np.arange(start, start + size, dtype=np.uint64)
+    index = np.asarray(index, dtype=np.uint64)
     counts = jnp.asarray(np.stack([(index >> 32).astype(np.uint32), index.astype(np.uint32)]))
     bits = threefry_2x32(jax.random.key_data(key), counts)
     return jax.random.wrap_key_data(jnp.stack([bits[0], bits[1]], axis=-1), impl="threefry2x32")
@@ -114,6 +126,12 @@ class _Keys:
         if self.all is not None:
             return self.all[start : start + size]
         return np.asarray(jax.random.key_data(_block_keys(self.key, start, size)))
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        """The keys of the runs ``index`` (any order)."""
+        if self.all is not None:
+            return self.all[index]
+        return np.asarray(jax.random.key_data(_index_keys(self.key, index)))
 
 
 def _mesh(devices) -> tuple[tuple[Any, ...], NamedSharding, NamedSharding]:
@@ -253,18 +271,14 @@ def sharded_runs(
     state = {"done": done, "steady": None}
     write = _BlockWriter(blocks, done, len(pieces), c)
 
-    def dispatch(start: int, per: int):
-        data = keys.data(start, per * ndev)
-        name = (per, tuple(d.id for d in devices))
-        fresh = name not in programs
-        if fresh:
-            programs[name] = _program(run, sharded, replicated, impl, len(args))
-        return start, per * ndev, programs[name](_global(data, sharded), *args), fresh
+    engine = _Calls(run, programs, devices, (sharded, replicated), impl, args, keys)
+    dispatch = engine.dispatch
 
     def collect(item) -> None:
-        start, block, out, _ = item
+        start, block, out, _, lean = item
         keep = min(block, n - start)
-        pieces.append(jax.tree.map(lambda a: a[:keep], _to_host(out)))
+        out = jax.tree.map(lambda a: a[:keep], _to_host(out))
+        pieces.append(engine.repair(out, start) if lean else out)
         state["done"] += keep
         write(pieces, state["done"], state["done"] >= n)
         if progress is not None:
@@ -299,6 +313,50 @@ def sharded_runs(
     if pending is not None:
         collect(pending)
     return jax.tree.map(lambda *a: np.concatenate(a)[:n], *pieces)
+
+
+class _Calls:
+    """The block programs of one :func:`sharded_runs` call (kept in ``programs``), and the repair."""
+
+    def __init__(self, run, programs: dict, devices, shardings, impl: str, args: tuple, keys):
+        self.run, self.programs, self.devices, self.shardings = run, programs, devices, shardings
+        self.impl, self.args, self.keys, self.ndev = impl, args, keys, len(devices)
+        self.lean_of = getattr(run, "lean", None)  # a lean form per block size, or None
+
+    def program(self, per: int, fn=None):
+        name = (per, tuple(d.id for d in self.devices), fn is not None)
+        fresh = name not in self.programs
+        if fresh:
+            sharded, replicated = self.shardings
+            self.programs[name] = _program(
+                fn or self.run, sharded, replicated, self.impl, len(self.args)
+            )
+        return self.programs[name], fresh
+
+    def dispatch(self, start: int, per: int):
+        """Runs start .. start + per x devices - 1 dispatched: (start, block, outputs, fresh, lean)."""
+        data = self.keys.data(start, per * self.ndev)
+        lean = None if self.lean_of is None else self.lean_of(per)
+        call, fresh = self.program(per, lean)
+        out = call(_global(data, self.shardings[0]), *self.args)
+        return start, per * self.ndev, out, fresh, lean is not None
+
+    def repair(self, out, start: int):
+        """The runs of a lean block that overflowed, recomputed by the run itself (same keys)."""
+        bad, per = np.flatnonzero(self.run.overflowed(out)), self.run.repair
+        for i in range(0, len(bad), per * self.ndev):
+            rows = bad[i : i + per * self.ndev]
+            index = np.resize(rows, per * self.ndev) + start  # padded with repeats: a full block
+            call, _ = self.program(per)
+            redo = _to_host(call(_global(self.keys.at(index), self.shardings[0]), *self.args))
+            out = jax.tree.map(lambda a, r, rows=rows: _put(a, rows, r[: len(rows)]), out, redo)
+        return out
+
+
+def _put(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    a = np.array(a)  # host arrays may be read-only views of device buffers
+    a[rows] = values
+    return a
 
 
 def steady_chunk(devices, max_chunk: int) -> int:

@@ -19,7 +19,10 @@ slots by a uniform permutation and cuts ``size // b`` batches an epoch from it.
   words per step, half as many Threefry blocks, not n Bernoullis; a gap's tail is cut at
   probability 2^-33). The
   capacity is ``min(n, ceil(qn + 8 sqrt(qn(1-q)) + 8))``; a batch larger than that (probability
-  below 1e-12 for qn >= 1) is truncated, and a full last slot is counted in ``overflow``.
+  below 1e-12 for qn >= 1) is truncated, and a full last slot is counted in ``overflow``. ``slots``
+  draws fewer: the first members of the same batch (the gaps' words are a prefix of the full
+  capacity's), exact where the last of them stays empty
+  (:mod:`~cbdp_jax._src.training_auditor.lean_batches`).
 * ``'shuffle'``: a fresh permutation of the n examples at each epoch, cut into consecutive batches of
   ``batch_size`` (the last ``n mod batch_size`` examples of each epoch's permutation are dropped, as
   with ``drop_remainder``). Each example is in exactly one batch of every epoch when batch_size | n.
@@ -157,17 +160,28 @@ class BatchSampler:
         return jax.vmap(lambda k: jax.random.permutation(k, n).astype(jnp.int32))(keys)
 
     def batch(
-        self, plan: Any, t: jax.Array, n: int, size: jax.Array | int | None = None
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        self, plan: Any, t: jax.Array, n: int, size: jax.Array | int | None = None,
+        slots: int | None = None,
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
         """Step t's batch: indices ``[capacity]`` int32, valid ``[capacity]`` bool, overflow ``[]``.
 
         Pure in (plan, t): the same run key gives the same batches. Invalid slots hold index 0.
         ``size`` (default n; may be traced) is the number of examples present, in slots
-        ``0 .. size - 1``; the batch is drawn from those alone.
+        ``0 .. size - 1``; the batch is drawn from those alone. ``slots`` (Poisson only; default
+        the capacity) draws only the first ``slots`` members: the same members as at the full
+        capacity whenever this step's overflow (the last of the ``slots`` used) is 0
+        (:mod:`~cbdp_jax._src.training_auditor.lean_batches`).
         """
         cap = self.capacity(n)
         none = jnp.zeros((), jnp.int32)
         size = n if size is None else size
+        if slots is not None and slots != cap:
+            if self.kind != "poisson" or not 1 <= slots <= cap:
+                raise InvalidParameterError(
+                    f"slots={slots!r} is invalid: only a Poisson sampler draws fewer slots, "
+                    f"in [1, {cap}]"
+                )
+            return self._poisson(plan, t, n, size, slots, cap)
         if self.kind == "shuffle":
             return self._shuffled(plan, t, n, size, cap)
         if self.kind == "custom":
@@ -178,13 +192,18 @@ class BatchSampler:
             u = jnp.where(jnp.arange(n) < size, u, -1.0)
             _, idx = jax.lax.top_k(u, cap)
             return idx.astype(jnp.int32), jnp.ones(cap, bool), none
+        return self._poisson(plan, t, n, size, cap, cap)
+
+    def _poisson(self, plan, t, n: int, size, cap: int, layout: int):
+        """The first ``cap`` members of the Poisson batch whose full capacity is ``layout``."""
         # the members' positions: i.i.d. Geometric(q) gaps from -1, which is Bernoulli(q) inclusion
-        # of each slot; capacity uniforms per step instead of n Bernoullis and a compaction
-        q = float(self.rate)
+        # of each slot; capacity uniforms per step instead of n Bernoullis and a compaction. The
+        # gaps' words are a prefix of the full capacity's, so fewer slots see the same members.
+        q, k_t = float(self.rate), jax.random.fold_in(plan, t)
         if q == 1.0:
             idx = jnp.arange(cap, dtype=jnp.int32)
-            return idx, idx < size, none
-        gaps = geometric_gaps(k_t, cap, q)
+            return idx, idx < size, jnp.asarray(int(cap < n), jnp.int32)  # all n: cap < n cut some
+        gaps = geometric_gaps(k_t, cap, q, layout=layout)
         pos = jnp.cumsum(jnp.minimum(gaps, n + 1.0)) - 1.0
         overflow = ((pos[-1] < n) & (cap < n)).astype(jnp.int32)  # last slot used: maybe truncated
         valid = pos < size
@@ -215,15 +234,16 @@ class BatchSampler:
         return _masks(self, key, n, steps, size)
 
 
-def geometric_gaps(key: jax.Array, count: int, q: float) -> jax.Array:
+def geometric_gaps(key: jax.Array, count: int, q: float, *, layout: int | None = None) -> jax.Array:
     """``count`` i.i.d. Geometric(q) gaps on {1, 2, ...} ``[count]`` float32, one 32-bit word each.
 
     A gap is ``floor(log(u) / log(1 - q)) + 1`` for u uniform on (0, 1): ``u = (w + 1/2) 2^-32`` from
     a uniform 32-bit word w (both words of each Threefry block, :func:`normal_draws.uniform_words`:
     half the hashes of ``jax.random.uniform``). The smallest u, 2^-33, cuts the gap's tail at
     probability 2^-33 (about 1e-10) beyond ``23 / -log(1 - q)``; float32 rounds u to 24 bits.
+    ``layout``: the first ``count`` of the gaps drawn for ``layout`` (the same words).
     """
-    words = normal_draws.uniform_words(key, count)
+    words = normal_draws.uniform_words(key, count, layout)
     u = (words.astype(jnp.float32) + 0.5) * np.float32(2.0**-32)
     return jnp.floor(jnp.log(u) / np.float32(math.log1p(-q))) + 1.0
 

@@ -29,16 +29,21 @@ import numpy as np
 from jax.extend.random import threefry_2x32
 
 
-def uniform_words(key: jax.Array, count: int) -> jax.Array:
+def uniform_words(key: jax.Array, count: int, layout: int | None = None) -> jax.Array:
     """``count`` uniform uint32 words ``[count]``: both halves of blocks 0 .. ceil(count / 2) - 1.
 
-    Falls back to ``jax.random.bits`` for a key that is not threefry2x32.
+    ``layout`` (default ``count``, at least ``count``): the words are the first ``count`` of the
+    ``layout`` words this function returns for ``layout``, hashing only the blocks they need (the
+    first halves come first, so a prefix of at most ``ceil(layout / 2)`` words takes ``count``
+    blocks). A Poisson batch drawn with fewer slots thus sees the same leading words. Falls back to
+    ``jax.random.bits`` for a key that is not threefry2x32.
     """
+    layout = count if layout is None else max(int(layout), count)
     impl = jax.random.key_impl(key)
     if (getattr(impl, "name", None) or str(impl)) != "threefry2x32":
-        return jax.random.bits(key, (count,), jnp.uint32)
-    half = -(-count // 2)
-    lo = jnp.arange(half, dtype=jnp.uint32)
+        return jax.random.bits(key, (layout,), jnp.uint32)[:count]
+    half = -(-layout // 2)
+    lo = jnp.arange(min(count, half), dtype=jnp.uint32)
     first, second = threefry_2x32(jax.random.key_data(key), jnp.stack([jnp.zeros_like(lo), lo]))
     return jnp.concatenate([first, second])[:count]
 

@@ -41,6 +41,7 @@ from cbdp_jax._src.infra.validation import (
     check_int_at_least,
     check_key,
 )
+from cbdp_jax._src.training_auditor import lean_batches
 from cbdp_jax._src.training_auditor.batch_sampling import BatchSampler
 from cbdp_jax._src.training_auditor.ghost_clipping import ghost_update
 from cbdp_jax._src.training_auditor.ops import (
@@ -107,7 +108,7 @@ def _sizes(problem: TrainingProblem) -> tuple[int, int]:
 
 def make_run(
     problem: TrainingProblem, prep: Prepared, *, side: float | None = None, observe=None,
-    release: ReleaseLayout | None = None,
+    release: ReleaseLayout | None = None, batch_slots: int | None = None,
 ):  # fmt: skip
     """The pure function ``run(key, present) -> RunOutput`` of one training (jit / vmap ready).
 
@@ -119,6 +120,9 @@ def make_run(
     to the output's ``extra`` (e.g. what other adversaries of the same runs see). ``release`` (a
     :class:`~cbdp_jax._src.training_auditor.release.ReleaseLayout`) records its coordinates of every step's
     update (``'updates'``) or of the final move (``'final'``) in the output's ``release``.
+    ``batch_slots`` (Poisson only; default the sampler's capacity) computes each batch with that
+    many slots: a lean run, exact when its ``overflow`` is 0
+    (:mod:`~cbdp_jax._src.training_auditor.lean_batches`).
     """
     sampler, slots, steps = problem.sampler, prep.x.shape[0], problem.steps
     threat, q = problem.threat, problem.sampling_rate
@@ -150,7 +154,7 @@ def make_run(
 
         def body(carry, t):
             params, state, over = carry
-            idx, valid, overflow = sampler.batch(plan, t, slots, size)
+            idx, valid, overflow = sampler.batch(plan, t, slots, size, batch_slots)
             if fast is not None:  # ghost clipping: the same step, no per-example gradients
                 updates, state = fast(params, state, idx, valid, present)
             else:
@@ -258,16 +262,36 @@ def training_runs(
     prep = prepare(problem) if prep is None else prep
     side = float(canary) if problem.step_per_data_set else None
 
+    lean = lean_batches.enabled()
+
     def build():
-        return make_run(problem, prep, side=side, release=release), {}
+        return _engine(problem, prep, side, release, lean), {}
 
     # the last few run functions and their compiled programs kept: D and D' (and other keys) reuse them
-    run, programs = remembered(_PROGRAMS, (problem, prep), (side, release), build, keep=4)
+    run, programs = remembered(_PROGRAMS, (problem, prep), (side, release, lean), build, keep=4)
     out = sharded_runs(
         run, key, n, np.float32(canary), devices=devices, max_chunk=problem.chunk,
         progress=progress, programs=programs, blocks=blocks,
     )  # fmt: skip
     return RunOutput(*out)
+
+
+def _engine(problem: TrainingProblem, prep: Prepared, side, release, lean: bool):
+    """The run function of :func:`training_runs`: lean Poisson batches where they apply."""
+    run = make_run(problem, prep, side=side, release=release)
+    steps = [problem.step_for(size) for size in _sizes(problem)]
+    if not (lean and lean_batches.eligible(problem.sampler, steps)):
+        return run
+    n, sampler = prep.x.shape[0], problem.sampler
+    full = sampler.capacity(n)
+
+    def plan_for(block: int):
+        return lean_batches.plan(n, float(sampler.rate), problem.steps, full, block)
+
+    def lean_for(c: int):
+        return make_run(problem, prep, side=side, release=release, batch_slots=c)
+
+    return lean_batches.LeanRun(run, lean_for, plan_for)
 
 
 _PROGRAMS: dict[tuple, tuple[tuple, Any]] = {}

@@ -116,17 +116,27 @@ def bugs(args) -> dict:
 
 
 def key_reuse(args) -> dict:
-    """key-reuse (the same noise at every step) in one run: the probes' defects and the bounds."""
+    """The planted bugs (default key-reuse: the same noise at every step) in one run each, m = 1,000,
+    eps near 2, the default critic family (the score and the step-difference critic): the probes'
+    defects, each method's bound and the critic that gave it.
+
+    ``--rate``, ``--run-steps`` and ``--bugs`` pick the setting (the issue's: q 0.01, T 1,000).
+    """
     out = {}
-    for bug in ("key-reuse", "none"):
-        p = problem(eps=2.0, rate=0.01, steps=1000, bug=bug, norm=100.0)
-        r = ta.one_run_training(jax.random.key(1), p, canaries=1000, compare=False, score="llr")
+    for bug in args.bugs:
+        p = problem(eps=2.0, rate=args.rate, steps=args.run_steps, bug=bug, norm=100.0)
+        t = time.perf_counter()
+        r = ta.one_run_training(jax.random.key(1), p, canaries=args.m, compare=False,
+                                score=args.score)  # fmt: skip
         name, eps = r.best()
         out[bug] = {"claim": r.claim_epsilon, "violation": r.violation, "best": name, "eps": eps,
+                    "certified_by": r.certified_by(), "critics": list(r.critics),
                     "bounds": {k: _eps(r, k) for k in METHODS},
+                    "critic_bounds": r.critic_bounds,
                     "scores": {k: r.bounds[k]["score"] for k in METHODS},
                     "defects": [d.kind for d in r.defects], "verdict": r.verdict,
-                    "seconds": r.seconds}  # fmt: skip
+                    "setting": f"q={args.rate} T={args.run_steps} m={args.m}",
+                    "seconds": time.perf_counter() - t, "load": os.getloadavg()}  # fmt: skip
         print(bug, out[bug], flush=True)
     return out
 
@@ -263,6 +273,9 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--hidden", type=int, default=HIDDEN)
+    ap.add_argument("--rate", type=float, default=0.01)
+    ap.add_argument("--run-steps", type=int, default=1000)
+    ap.add_argument("--bugs", nargs="+", default=["key-reuse", "none"])
     args = ap.parse_args()
     if args.section == "summary":
         return summary()

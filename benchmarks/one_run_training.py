@@ -98,7 +98,14 @@ def soundness(args) -> dict:
         for r in res
     )
     best = {k: float(max((_eps(r, k) or 0.0) for r in res)) for k in METHODS}
+    family = list(res[0].critics)
+    per_critic = {c: {k: sum((r.critic_bounds[c][k] or 0.0) > claim for r in res) for k in METHODS}
+                  for c in family}  # fmt: skip
+    largest_per_critic = {c: {k: float(max((r.critic_bounds[c][k] or 0.0) for r in res))
+                              for k in METHODS} for c in family}  # fmt: skip
     return {"claim": claim, "runs": len(res), "above_claim": counts, "largest": best,
+            "critics": family, "above_claim_per_critic": per_critic,
+            "largest_per_critic": largest_per_critic,
             "negative_control_post_hoc_fdp_above_claim": int(post_hoc),
             "setting": "digits MLP(400), q=0.02, T=300, eps 2, m=1000 coordinate canaries"}  # fmt: skip
 

@@ -179,3 +179,27 @@ def test_the_maximum_over_critics_without_the_split_is_caught_as_unsound():
         unsplit += max(audit(s, 1 - beta) for s in each) > 0
         split += max(audit(s, 1 - beta / k) for s in each) > 0
     assert split <= 29 < unsplit
+
+
+def test_the_cli_says_which_critic_certified(capsys):
+    from types import SimpleNamespace
+
+    from cbdp_jax._src.training_auditor.one_run.audit import OneRunTrainingResult
+    from cbdp_jax.cli.one_run_training import _emit
+
+    bound = dict(epsilon=5.03, kind="finite-sample", score="steps-max", critic="steps-max")
+    refused = dict(epsilon=None, refused="binary scores", kind="asymptotic", score=None,
+                   critic=None)  # fmt: skip
+    bounds = {"steinke": bound, "fdp": bound, "gdp": bound, "gaussian-scores": refused}
+    res = OneRunTrainingResult(
+        kind="gradient", canaries=1000, included=500, directions="coordinate", bounds=bounds,
+        claim_epsilon=2.0, delta=1e-5, level=0.95, violation=True, asymptotic_violation=False,
+        reach=5.3, verdict="VIOLATION: fdp, steps-max critic certifies eps >= 5.03", loss_with=0.1,
+        loss_without=0.1, accuracy_with=0.9, accuracy_without=0.9, hit_rate=0.02, noise_ratio=1.0,
+        step_size=2297, examples=1797, steps=300, sampling_rate=0.02,
+        critics=("score", "steps-max"),
+    )  # fmt: skip
+    _emit(res, SimpleNamespace(name="digits"), {}, "text", None)
+    text = capsys.readouterr().out
+    assert "over the critics (score, steps-max), each at 0.975" in text
+    assert "steps-max critic]" in text and "by the steps-max critic" in text

@@ -1,9 +1,10 @@
 """The one-run audit's critics family (issue 50): the score and the step-difference critics.
 
-The trainings (small digits MLPs, 30 steps, noise probes off: compile-bound, 15-60 s each on a
-loaded 2-core machine) are slow-marked; the default run checks the scan's step statistics, the
-family's level split and its negative controls without training. The null simulations state their
-binomial tolerances beside each assertion.
+Two trainings run by default (small digits MLPs, 30 steps, noise probes off: compile-bound, 13 s
+and 7 s at load 3.6, 60 s and 30 s at load 11): reused noise and the correct step. The test of
+other families trains twice more and is slow-marked. The rest checks the scan's step statistics,
+the family's level split and its negative controls without training; the null simulations state
+their binomial tolerances beside each assertion.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ def correct():
     return _audit("none")
 
 
-@pytest.mark.slow
 def test_reused_noise_is_certified_by_the_step_critic_where_the_score_sees_nothing(reused):
     # key-reuse adds the same noise at every step: it cancels in z_t - z_{t-1}, so an excluded
     # canary's max |dz| is exactly 0 and an included one's is 1 (it entered or left a batch;
@@ -62,7 +62,6 @@ def test_reused_noise_is_certified_by_the_step_critic_where_the_score_sees_nothi
     assert reused.to_dict()["critic_bounds"]["steps-max"]["fdp"] > reused.claim_epsilon
 
 
-@pytest.mark.slow
 def test_a_correct_step_is_not_certified_by_any_critic(correct):
     # negative control of the test above: fresh noise at every step, the same problem and key
     assert not correct.violation, correct.verdict
@@ -71,7 +70,6 @@ def test_a_correct_step_is_not_certified_by_any_critic(correct):
             assert (bounds[method] or 0.0) < correct.claim_epsilon, (critic, method)
 
 
-@pytest.mark.slow
 def test_each_critic_is_audited_at_its_share_of_beta(correct):
     # independent value: one_run_audit on the score critic's own scores at level 1 - 0.05 / 2
     direct = one_run_audit(correct.scores, correct.coins, method="fdp", level=0.975).epsilon

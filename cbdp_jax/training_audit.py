@@ -51,6 +51,7 @@ from cbdp_jax._src.training_auditor.one_run.audit import (
 )
 from cbdp_jax._src.training_auditor.one_run.audit import one_run_repeats as one_run_repeats
 from cbdp_jax._src.training_auditor.one_run.audit import one_run_training as one_run_training
+from cbdp_jax._src.training_auditor.one_run.critics import CRITICS as ONE_RUN_CRITICS
 from cbdp_jax._src.training_auditor.ops import Prepared as Prepared
 from cbdp_jax._src.training_auditor.prepare import prepare as prepare
 from cbdp_jax._src.training_auditor.problem import DEFAULT_CANARY_NORM as DEFAULT_CANARY_NORM
@@ -125,6 +126,7 @@ __all__ = [
     "load_problem",
     "make_model",
     "make_run",
+    "ONE_RUN_CRITICS",
     "one_run_repeats",
     "one_run_training",
     "many_runs",

@@ -88,7 +88,8 @@ _CRITICS = (
     "the critics certified, one family: all (default: the threat's score and every group of "
     "critics of the release), or a comma list of score, sum, steps, twins, exact, learned, "
     "coordinates. 'score' alone records nothing beyond the score: one value a run instead of "
-    "1 + T k, for audits of 10^7 runs"
+    "1 + T k, for audits of 10^7 runs. With --one-run: all (default: score and steps-max for "
+    "coordinate gradient canaries, else score) or a comma list of score, steps-max, steps-sq"
 )
 _CHECKPOINT = (
     "folder the runs' outputs are written into in blocks as they finish (about every 10 s), so "

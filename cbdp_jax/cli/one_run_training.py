@@ -59,7 +59,7 @@ def one_run_cmd(problem, setup: dict, o: dict[str, Any], claim, output_format: s
     result = one_run_training(
         jax.random.key(o["seed"]), problem, canaries=o["canaries"], kind=kind,
         directions=o["directions"], score=o["score"], delta=delta, level=o["confidence"],
-        claim=claim.epsilon,
+        claim=claim.epsilon, critics=_one_run_critics(o["critics"]),
     )  # fmt: skip
     setup = setup | {"one_run": True, "claim": claim.text}
     _emit(result, problem, setup, output_format, out)
@@ -67,6 +67,11 @@ def one_run_cmd(problem, setup: dict, o: dict[str, Any], claim, output_format: s
         raise typer.Exit(1)
     if result.defects:
         raise typer.Exit(3)
+
+
+def _one_run_critics(text: str):
+    """``--critics`` with ``--one-run``: 'all' is the default family, else a comma list."""
+    return "auto" if text == "all" else tuple(c.strip() for c in text.split(",") if c.strip())
 
 
 def _emit(result, problem, setup: dict, output_format: str, out) -> None:
@@ -96,11 +101,19 @@ def _emit(result, problem, setup: dict, output_format: str, out) -> None:
         f"{result.seconds:.1f} s"
     )
     claim = "none" if result.claim_epsilon is None else f"{result.claim_epsilon:.4g}"
-    typer.echo(f"claim: eps {claim} at delta {result.delta:g}; level {result.level:g}")
+    family = ", ".join(result.critics)
+    typer.echo(
+        f"claim: eps {claim} at delta {result.delta:g}; level {result.level:g} over the critics "
+        f"({family}), each at {1 - (1 - result.level) / len(result.critics):g}"
+    )
     for name, b in result.bounds.items():
         eps = b["epsilon"]
         text = f"refused: {b['refused']}" if eps is None else f"eps >= {eps:.4g}"
-        _echo_wrapped(f"  {name:16s} {text}  [{b['kind']}, {b['score']} score]")
+        where = "" if eps is None else f", {b['score']} score, {b['critic']} critic"
+        _echo_wrapped(f"  {name:16s} {text}  [{b['kind']}{where}]")
+    name, eps = result.best()
+    if eps > 0:
+        _echo_wrapped(f"best finite-sample bound: {name} by the {result.certified_by()} critic")
     if not math.isnan(result.noise_ratio):
         _echo_wrapped(
             f"interference: excluded canaries' score spread {result.noise_ratio:.3f} x the noise's "

@@ -16,6 +16,11 @@ gradient canaries), else the sum; ``'gaussian-scores'`` (asymptotic, under a Gau
 scores) always gets the sum, which is a Binomial mixture of Gaussians close to Gaussian, where the
 likelihood ratio is skewed and its normality check refuses it.
 
+Besides that score, every method is applied to the scores of the other critics of the family
+(:mod:`~cbdp_jax._src.training_auditor.one_run.critics`: by default the largest step-to-step change
+of each coordinate canary's update, which certifies a step that reuses its noise), each critic at
+level 1 - beta / K (Bonferroni); each bound names the critic that gave it.
+
 References:
   Steinke, Nasr, Jagielski 2023, "Privacy auditing with one (1) training run", NeurIPS 2023.
   Mahloujifar, Melis, Chaudhuri 2024, "Auditing f-differential privacy in one run".
@@ -45,10 +50,11 @@ from cbdp_jax._src.infra.validation import (
     check_key,
 )
 from cbdp_jax._src.mechanism_auditor.loading import AuditRefusedError
-from cbdp_jax._src.mechanism_auditor.one_run import METHODS, one_run_audit
+from cbdp_jax._src.mechanism_auditor.one_run import one_run_audit
 from cbdp_jax._src.privacy.accounting import dpsgd_epsilon
 from cbdp_jax._src.training_auditor.noise_probes import noise_defects, verdict_with_defects
 from cbdp_jax._src.training_auditor.one_run.canaries import gradient_canaries, input_canaries
+from cbdp_jax._src.training_auditor.one_run.critics import family_bounds, resolve_critics
 from cbdp_jax._src.training_auditor.one_run.engine import (
     Layout,
     RunOut,
@@ -73,15 +79,18 @@ class OneRunTrainingResult:
       canaries: m.
       included: How many coins came up "in".
       directions: ``'coordinate'`` or ``'dense'`` (gradient canaries), ``'ood'`` / ``'mislabel'``.
-      bounds: Method -> the bound's fields (``OneRunBound._asdict()``) plus ``score`` (which score
-        it got) and ``kind`` (finite-sample or asymptotic); a refused method has ``epsilon`` None
-        and ``refused`` (the reason).
+      bounds: Method -> its best bound over the critics: the fields of ``OneRunBound._asdict()``
+        (``level`` there is the critic's, 1 - beta / K) plus ``score`` (which score it got),
+        ``critic`` (the critic that gave it), ``family`` (K) and ``kind`` (finite-sample or
+        asymptotic); a method every critic refused has ``epsilon`` None and ``refused`` (the
+        reasons).
       claim_epsilon: The accountant's eps at ``delta`` (None without the problem's noise).
       delta: The delta of every bound and of the claim.
-      level: 1 - beta of each bound.
+      level: 1 - beta of each bound, family-wise over the critics.
       violation: Some finite-sample bound exceeds ``claim_epsilon``: the claim is refuted.
       asymptotic_violation: Only ``'gaussian-scores'`` (asymptotic) exceeds it.
-      reach: The largest eps a finite-sample method can certify with m canaries (every guess right).
+      reach: The largest eps a finite-sample method can certify with m canaries (every guess right),
+        at the critic's level 1 - beta / K.
       verdict: The audit in one line.
       loss_with: The trained model's mean loss (evaluation data) with the canaries.
       loss_without: The same training (same batches' key and noise) without any canary.
@@ -100,6 +109,8 @@ class OneRunTrainingResult:
       llr: ``[m]`` the likelihood-ratio scores (``score='llr'`` with coordinate canaries), else None.
       defects: What the step's noise does that the accountant does not assume (:class:`Defect`
         tuples from :mod:`~cbdp_jax._src.training_auditor.noise_probes`, probed before the run; empty: none found).
+      critics: The family of critics, in order (:mod:`~cbdp_jax._src.training_auditor.one_run.critics`).
+      critic_bounds: Critic -> method -> its eps at level 1 - beta / K (None where refused).
 
     """
 
@@ -130,11 +141,14 @@ class OneRunTrainingResult:
     coins: Any = None
     llr: Any = None
     defects: tuple = ()
+    critics: tuple = ("score",)
+    critic_bounds: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self, *, arrays: bool = False) -> dict:
         """Plain JSON-ready fields (the score and coin arrays only with ``arrays``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["defects"] = [d._asdict() for d in self.defects]
+        out["critics"] = list(self.critics)
         if arrays:
             out["scores"] = np.asarray(self.scores, float).tolist()
             out["coins"] = np.asarray(self.coins, bool).tolist()
@@ -148,6 +162,11 @@ class OneRunTrainingResult:
         got = [(b["epsilon"] or 0.0, k) for k, b in self.bounds.items() if k in methods]
         eps, name = max(got) if got else (0.0, "")
         return name, eps
+
+    def certified_by(self, methods=FINITE_SAMPLE) -> str | None:
+        """The critic that gave the largest bound among ``methods`` (None if every one refused)."""
+        name, _ = self.best(methods)
+        return self.bounds[name].get("critic") if name else None
 
 
 def _layout(key, problem: TrainingProblem, m: int, kind: str, directions: str,
@@ -201,25 +220,10 @@ def reach(m: int, delta: float, level: float) -> float:
     )
 
 
-def bounds_of(scores, llr, coins, *, delta: float, level: float, use_llr: bool) -> dict:
-    """Every method of ``METHODS`` on the scores (the module docstring says which score each gets)."""
-    out = {}
-    for method in METHODS:
-        finite = method != "gaussian-scores"
-        which = "llr" if use_llr and finite else "sum"
-        s = llr if which == "llr" else scores
-        kind = "finite-sample" if finite else "asymptotic"
-        try:
-            b = one_run_audit(s, coins, delta=delta, level=level, method=method)._asdict()
-        except InvalidParameterError as exc:
-            b = {"epsilon": None, "refused": str(exc)}
-        out[method] = b | {"score": which, "kind": kind}
-    return out
-
-
 def _verdict(res: dict) -> tuple[bool, bool, str]:
     eps_claim, bounds, top = res["claim_epsilon"], res["bounds"], res["reach"]
     fin = max((bounds[k]["epsilon"] or 0.0, k) for k in FINITE_SAMPLE)
+    by = f"{fin[1]}, {bounds[fin[1]].get('critic')} critic"
     asym = bounds["gaussian-scores"]["epsilon"]
     if eps_claim is None:
         return (
@@ -232,8 +236,9 @@ def _verdict(res: dict) -> tuple[bool, bool, str]:
             True,
             False,
             (
-                f"VIOLATION: {fin[1]} certifies eps >= {fin[0]:.3g} at delta {res['delta']:g} "
-                f"(finite-sample, level {res['level']:g}); the accountant claims {eps_claim:.3g}"
+                f"VIOLATION: {by} certifies eps >= {fin[0]:.3g} at delta {res['delta']:g} "
+                f"(finite-sample, level {res['level']:g} over {len(res['critics'])} critic(s)); "
+                f"the accountant claims {eps_claim:.3g}"
             ),
         )
     asym_v = asym is not None and asym > eps_claim
@@ -248,7 +253,7 @@ def _verdict(res: dict) -> tuple[bool, bool, str]:
     return False, asym_v, text
 
 
-def _check(problem, canaries, kind, score, delta, level, directions, input_kind) -> str:
+def _check(problem, canaries, kind, score, delta, level, directions, input_kind, critics) -> str:
     if not isinstance(problem, TrainingProblem):
         raise InvalidParameterError("problem is invalid: must be a TrainingProblem")
     check_int_at_least("canaries", canaries, 2)
@@ -259,6 +264,7 @@ def _check(problem, canaries, kind, score, delta, level, directions, input_kind)
     check_in_range("level", level, 0.0, 1.0, low_open=True, high_open=True)
     check_choice("directions", directions, ("auto", "coordinate", "dense"))
     check_choice("input_canaries", input_kind, ("ood", "mislabel"))
+    resolve_critics(critics, has_steps=True)  # the names; whether the canaries allow them: later
     if score == "llr" and (kind != "gradient" or problem.noise_multiplier is None):
         raise InvalidParameterError(
             "score='llr' is invalid here: it needs gradient canaries and the problem's "
@@ -275,19 +281,22 @@ def _mesh(devices):
 
 
 def _setup(key, problem, canaries, kind, score, delta, level, directions, input_kind, eval_data,
-           mesh=None):  # fmt: skip
-    kind = _check(problem, canaries, kind, score, delta, level, directions, input_kind)
+           critics, mesh=None):  # fmt: skip
+    kind = _check(problem, canaries, kind, score, delta, level, directions, input_kind, critics)
     k_canary, k_run = jax.random.split(check_key(key))
     layout = _layout(k_canary, problem, canaries, kind, directions, input_kind, eval_data)
+    coordinate = kind == "gradient" and layout.canaries.directions == "coordinate"
+    family = resolve_critics(critics, has_steps=coordinate)
     n = layout.x.shape[0]
     rate = problem.sampler.sampling_rate(layout.step_size or n + canaries // 2)
-    run = make_one_run(problem, layout, llr=score == "llr",
+    steps = any(c != "score" for c in family)
+    run = make_one_run(problem, layout, llr=score == "llr", steps=steps,
                        noise_multiplier=problem.noise_multiplier, rate=rate, mesh=mesh)  # fmt: skip
-    return kind, layout, rate, run, k_run
+    return kind, layout, rate, run, k_run, family
 
 
 def _result(out: RunOut, base, layout: Layout, problem, rate, kind, score, delta, level,
-            claim, seconds) -> OneRunTrainingResult:  # fmt: skip
+            claim, seconds, family) -> OneRunTrainingResult:  # fmt: skip
     """One run's outputs (numpy, no leading axis) and the comparison run's as a result."""
     if not bool(out.finite):
         raise AuditRefusedError(
@@ -296,7 +305,8 @@ def _result(out: RunOut, base, layout: Layout, problem, rate, kind, score, delta
         )
     cs, coins = layout.canaries, np.asarray(out.included, bool)
     use_llr = score == "llr" and cs.directions == "coordinate"
-    bounds = bounds_of(out.scores, out.llr, coins, delta=delta, level=level, use_llr=use_llr)
+    bounds, by_critic = family_bounds(out, coins, family, delta=delta, level=level,
+                                      use_llr=use_llr)  # fmt: skip
     ratio = math.nan
     if kind == "gradient" and problem.noise_multiplier is not None and (~coins).sum() > 1:
         ideal = problem.noise_multiplier * math.sqrt(problem.steps)
@@ -306,7 +316,7 @@ def _result(out: RunOut, base, layout: Layout, problem, rate, kind, score, delta
         kind=kind, canaries=cs.m, included=int(coins.sum()),
         directions=cs.directions if kind == "gradient" else "input",
         bounds=bounds, claim_epsilon=claim, delta=float(delta), level=float(level),
-        reach=reach(cs.m, delta, level),
+        reach=reach(cs.m, delta, 1.0 - (1.0 - level) / len(family)), critics=tuple(family),
     )  # fmt: skip
     violation, asym, verdict = _verdict(fields)
     return OneRunTrainingResult(
@@ -317,7 +327,7 @@ def _result(out: RunOut, base, layout: Layout, problem, rate, kind, score, delta
         hit_rate=float(hits.sum() / max(hits.size * problem.steps, 1)), noise_ratio=ratio,
         step_size=layout.step_size, examples=int(layout.x.shape[0]), steps=problem.steps,
         sampling_rate=float(rate), seconds=float(seconds), scores=np.asarray(out.scores),
-        coins=coins, llr=np.asarray(out.llr) if use_llr else None,
+        coins=coins, llr=np.asarray(out.llr) if use_llr else None, critic_bounds=by_critic,
     )  # fmt: skip
 
 
@@ -345,7 +355,7 @@ def one_run_training(
     key: jax.Array, problem: TrainingProblem, *, canaries: int = 1000, kind: str | None = None,
     directions: str = "auto", score: str = "sum", delta: float = 1e-5, level: float = 0.95,
     input_canaries: str = "ood", eval_data=None, compare: bool = True,
-    claim: float | None = None, devices=None, noise_probes: bool = True,
+    claim: float | None = None, devices=None, noise_probes: bool = True, critics="auto",
 ) -> OneRunTrainingResult:  # fmt: skip
     """Inserts m canaries into ``problem``'s training, trains ONCE, and bounds eps from their scores.
 
@@ -377,6 +387,10 @@ def one_run_training(
       noise_probes: Probe the step's noise before the run, as the many-run audit does
         (:func:`probe_defects`); a failed probe is in ``defects`` and in the verdict. False
         leaves ``defects`` empty (unchecked, not clean).
+      critics: The family of critics every method is applied to, each at level 1 - beta / K:
+        ``'auto'`` (``('score', 'steps-max')`` for coordinate gradient canaries, else
+        ``('score',)``) or distinct names among ``'score'``, ``'steps-max'``, ``'steps-sq'``
+        (:mod:`~cbdp_jax._src.training_auditor.one_run.critics`).
 
     Returns:
       A :class:`OneRunTrainingResult`.
@@ -388,19 +402,10 @@ def one_run_training(
     """
     start = time.perf_counter()
     mesh = _mesh(jax.local_devices() if devices is None else list(devices))
-    kind, layout, rate, run, k_run = _setup(
-        key,
-        problem,
-        canaries,
-        kind,
-        score,
-        delta,
-        level,
-        directions,
-        input_canaries,
-        eval_data,
-        mesh,
-    )
+    kind, layout, rate, run, k_run, family = _setup(
+        key, problem, canaries, kind, score, delta, level, directions, input_canaries, eval_data,
+        critics, mesh,
+    )  # fmt: skip
     program = jax.jit(run)
     out = jax.tree.map(np.asarray, program(k_run, jnp.float32(1.0)))
     base = jax.tree.map(np.asarray, program(k_run, jnp.float32(0.0))) if compare else None
@@ -408,7 +413,7 @@ def one_run_training(
         claim = claim_epsilon(problem, rate, delta)
     defects = probe_defects(problem, layout) if noise_probes else ()
     result = _result(out, base, layout, problem, rate, kind, score, delta, level, claim,
-                     time.perf_counter() - start)  # fmt: skip
+                     time.perf_counter() - start, family)  # fmt: skip
     return with_defects(result, defects)
 
 
@@ -416,6 +421,7 @@ def one_run_repeats(
     key: jax.Array, problem: TrainingProblem, repeats: int, *, canaries: int = 1000,
     kind: str | None = None, directions: str = "auto", score: str = "sum", delta: float = 1e-5,
     level: float = 0.95, input_canaries: str = "ood", devices=None, chunk: int = 64,
+    critics="auto",
 ) -> list[OneRunTrainingResult]:  # fmt: skip
     """R independent one-run audits (soundness studies), vmapped in one program, sharded over devices.
 
@@ -427,9 +433,10 @@ def one_run_repeats(
     """
     start = time.perf_counter()
     check_int_at_least("repeats", repeats, 1)
-    kind, layout, rate, run, k_run = _setup(
-        key, problem, canaries, kind, score, delta, level, directions, input_canaries, None
-    )
+    kind, layout, rate, run, k_run, family = _setup(
+        key, problem, canaries, kind, score, delta, level, directions, input_canaries, None,
+        critics,
+    )  # fmt: skip
     outs = sharded_runs(run, k_run, repeats, np.float32(1.0), devices=devices, max_chunk=chunk)
     claim = claim_epsilon(problem, rate, delta)
     seconds = (time.perf_counter() - start) / repeats
@@ -446,6 +453,7 @@ def one_run_repeats(
             level,
             claim,
             seconds,
+            family,
         )  # fmt: skip
         for i in range(repeats)
     ]

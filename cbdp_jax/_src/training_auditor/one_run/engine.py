@@ -92,6 +92,9 @@ class RunOut(NamedTuple):
     Attributes:
       scores: ``[m]`` the sum score (gradient) or the loss drop (input).
       llr: ``[m]`` the log-likelihood ratio score (coordinate canaries with ``llr``; else zeros).
+      step_max: ``[m]`` max_t |z_t - z_{t-1}| of each canary's per-step updates z_t (coordinate
+        canaries with ``steps``; else zeros).
+      step_sq: ``[m]`` sum_t (z_t - z_{t-1})^2 (the same).
       included: ``[m]`` bool, the coins (all False when ``active`` is 0).
       hits: ``[m]`` int32, the steps whose batch held each canary.
       overflow: Batches truncated at the physical batch ``[]``.
@@ -103,6 +106,8 @@ class RunOut(NamedTuple):
 
     scores: jax.Array
     llr: jax.Array
+    step_max: jax.Array
+    step_sq: jax.Array
     included: jax.Array
     hits: jax.Array
     overflow: jax.Array
@@ -186,57 +191,80 @@ def _sharded(mesh, *arrays):
 
 
 def make_one_run(problem: TrainingProblem, layout: Layout, *, llr: bool = False,
-                 noise_multiplier: float | None = None, rate: float = 1.0,
+                 steps: bool = False, noise_multiplier: float | None = None, rate: float = 1.0,
                  mesh=None):  # fmt: skip
     """The pure function ``run(key, active) -> RunOut`` of one training with the canaries.
 
     ``active`` = 1 draws the coins; 0 trains without any canary (the same batches' key and noise),
-    the comparison run for the price of the audit. ``llr`` (coordinate canaries) also records the
-    per-step canary coordinates and scores them by the Poisson-subsampled Gaussian's likelihood
-    ratio at ``noise_multiplier`` and ``rate``. ``mesh`` (a 1-D ``jax.sharding.Mesh`` with axis
-    ``'batch'``) splits each step's batch over its devices: data parallel, the padded slots empty.
+    the comparison run for the price of the audit. With coordinate canaries the scan reads each
+    step's canary coordinates z_t ``[m]`` (a gather) and keeps running statistics of them, never
+    the ``[T, m]`` series: ``llr`` scores them by the Poisson-subsampled Gaussian's likelihood
+    ratio at ``noise_multiplier`` and ``rate``; ``steps`` keeps max_t |dz_t| and sum_t dz_t^2 of
+    the step-to-step differences (the step critics of :mod:`.critics`). ``mesh`` (a 1-D
+    ``jax.sharding.Mesh`` with axis ``'batch'``) splits each step's batch over its devices: data
+    parallel, the padded slots empty.
     """
     cs, n = layout.canaries, layout.x.shape[0]
-    slots, sampler, steps = n + cs.m, problem.sampler, problem.steps
+    slots, sampler, n_steps = n + cs.m, problem.sampler, problem.steps
     flat0, unravel = ravel_pytree(layout.params)
-    record = llr and cs.kind == "gradient" and cs.directions == "coordinate"
+    record = (llr or steps) and cs.kind == "gradient" and cs.directions == "coordinate"
+    width = cs.m if record else 0
+    s2 = (noise_multiplier or 1.0) ** 2
 
     def run(key: jax.Array, active) -> RunOut:
         k_coin, k_batch, k_noise = jax.random.split(key, 3)
         included = jax.random.bernoulli(k_coin, 0.5, (cs.m,)) & (jnp.asarray(active) > 0)
         order = jnp.argsort(~included, stable=True).astype(jnp.int32)  # included first
         size = n + jnp.sum(included.astype(jnp.int32))
-        plan = sampler.plan(k_batch, slots, steps, min_size=n)
+        plan = sampler.plan(k_batch, slots, n_steps, min_size=n)
         state = rekey(layout.tx.init(layout.params), k_noise)
 
         def body(carry, t):
-            params, state, over, hits = carry
+            params, state, over, hits, series = carry
             idx, valid, overflow = sampler.batch(plan, t, slots, size)
             idx, valid = _sharded(mesh, idx, valid)
             g, is_c, cid = _batch_grads(layout, params, idx, valid, order, unravel)
             updates, state = apply_step(layout.tx, g, state, params, valid)
             hits = hits.at[cid].add(is_c.astype(jnp.int32))
-            z = ravel_pytree(updates)[0][cs.coords] / layout.unit if record else jnp.zeros(0)
-            return (optax.apply_updates(params, updates), state, over + overflow, hits), z
+            if record:
+                z = ravel_pytree(updates)[0][cs.coords] / layout.unit
+                series = _accumulate(series, z, t, s2, rate)
+            return (
+                optax.apply_updates(params, updates),
+                state,
+                over + overflow,
+                hits,
+                series,
+            ), None
 
-        carry0 = (layout.params, state, jnp.zeros((), jnp.int32), jnp.zeros(cs.m, jnp.int32))
-        (final, _, over, hits), z = jax.lax.scan(body, carry0, jnp.arange(steps))
+        series0 = tuple(jnp.zeros(width, jnp.float32) for _ in range(4))
+        carry0 = (layout.params, state, jnp.zeros((), jnp.int32), jnp.zeros(cs.m, jnp.int32),
+                  series0)  # fmt: skip
+        (final, _, over, hits, series), _ = jax.lax.scan(body, carry0, jnp.arange(n_steps))
         if cs.kind == "gradient":
             scores = project(cs, ravel_pytree(final)[0] - flat0) / layout.unit
         else:
             scores = layout.init_canary_loss - _canary_losses(layout, final)
-        ratio = _llr(z, noise_multiplier, rate) if record else jnp.zeros(cs.m)
+        zero = jnp.zeros(cs.m)
+        ratio = series[1] if record and llr else zero
+        step_max, step_sq = (series[2], series[3]) if record and steps else (zero, zero)
         loss, acc = _evaluate(layout, final)
         leaves = [jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(final)]
         finite = jnp.all(jnp.stack(leaves)) & jnp.all(jnp.isfinite(scores))
-        return RunOut(scores, ratio, included, hits, over, finite, loss, acc)
+        return RunOut(scores, ratio, step_max, step_sq, included, hits, over, finite, loss, acc)
 
     return run
 
 
-def _llr(z: jax.Array, noise: float | None, q: float) -> jax.Array:
-    """``[m]``: sum_t log(1 - q + q exp((2 z_t - 1) / (2 S^2))) of the per-step coordinates ``[T, m]``."""
-    s2 = (noise or 1.0) ** 2
+def _accumulate(series, z: jax.Array, t, s2: float, q: float):
+    """The running statistics ``(z_{t-1}, llr, max |dz|, sum dz^2)`` ``[m]`` each, after step t.
+
+    The llr adds log(1 - q + q exp((2 z_t - 1) / (2 S^2))), the Poisson-subsampled Gaussian's
+    per-step likelihood ratio; dz_t = z_t - z_{t-1} for t >= 1 (no difference at step 0).
+    """
+    prev, llr, dmax, dsq = series
     a = (2.0 * z - 1.0) / (2.0 * s2)
     log_out = math.log1p(-q) if q < 1 else -jnp.inf
-    return jnp.sum(jnp.logaddexp(log_out, math.log(q) + a), axis=0)
+    llr = llr + jnp.logaddexp(log_out, math.log(q) + a)
+    dz = jnp.where(t > 0, z - prev, 0.0)
+    return z, llr, jnp.maximum(dmax, jnp.abs(dz)), dsq + dz * dz

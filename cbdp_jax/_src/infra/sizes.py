@@ -199,7 +199,7 @@ def audit_bytes(samples: int, dim: int = 1) -> int:
 # the certification alone on stand-in rows: 537 bytes a run above the drawn samples, against
 # 3.6 L + 280 = 514). The rest, about 0.96 GB, is the interpreter, JAX and the compiled programs:
 # the 20% of the memory the check leaves free. At 10^7 runs per side (same command, --runs 10000000,
-# 23c253b, load 1.3 - 3.1) the peak was 14.71 GB, 1375 bytes a run per side above the 0.96 GB: the
+# 7020bea, load 1.3 - 3.1) the peak was 14.71 GB, 1375 bytes a run per side above the 0.96 GB: the
 # critics' arrays at that size take 493 bytes a run, not 280 (larger sort and index dtypes, numpy's
 # temporaries), so the constant is the larger, measured value. The model then gives 13.8 GB + 0.96.
 TRAINING_BYTES_PER_RUN = 493

@@ -181,7 +181,9 @@ def test_an_interrupt_stops_a_long_estimate_within_two_seconds(tmp_path):
     """
     script = textwrap.dedent(
         """
-        import time, jax, numpy as np
+        import signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+        import jax, numpy as np
         from cbdp_jax.estimator import EstimatorConfig, estimate_from_samples
         rng = np.random.default_rng(0)
         p, q = rng.laplace(0, 1, 200_000), rng.laplace(1, 1, 200_000)

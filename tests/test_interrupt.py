@@ -19,7 +19,12 @@ import pytest
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-CBDP = [sys.executable, "-c", "import sys; from cbdp_jax.cli import console_main; console_main()"]
+# Ctrl-C as in a terminal: a shell that started the test runner in the background (``cmd &``) leaves
+# SIGINT ignored in every child, which a command then rightly keeps ignoring (nohup), so the
+# child first restores Python's own handler.
+SIGINT_AS_IN_A_TERMINAL = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+CBDP = [sys.executable, "-c",
+        f"{SIGINT_AS_IN_A_TERMINAL}; from cbdp_jax.cli import console_main; console_main()"]  # fmt: skip
 LIMIT = 2.0  # seconds from SIGINT to exit
 
 

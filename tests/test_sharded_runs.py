@@ -144,7 +144,8 @@ def test_audit_training_reports_the_runs_of_both_sides_to_a_progress_hook():
 
 _INTERRUPTED = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (test_interrupt.py)
     import jax, jax.numpy as jnp
     from cbdp_jax._src.infra.sharded_runs import sharded_runs
 

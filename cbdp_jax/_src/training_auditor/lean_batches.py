@@ -56,7 +56,7 @@ class LeanPlan(NamedTuple):
 
     Attributes:
       slots: c, the batch slots of the lean runs.
-      repair: K, the runs recomputed at the full capacity per trip of the repair loop.
+      repair: K, the runs recomputed at the full capacity per repair call, per device.
       overflow: p, a run's probability to fill its c slots at some step.
       saving: The expected cost of the block over its cost at the full capacity (slots).
 
